@@ -1,0 +1,1 @@
+from distvlog.cli import main; raise SystemExit(main())

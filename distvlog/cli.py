@@ -1,0 +1,47 @@
+"""The `distvlog` command: `launch`, `merge`, `trace`, `diff`.
+
+Each command lives in its own module, which provides `register(subparsers)`; the parser it adds sets
+`run=<function(args) -> int>`. Bad input raises `InputError`: one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ._errors import InputError
+
+COMMAND_MODULES = ("distvlog.dist.launch", "distvlog.tools.merge", "distvlog.tools.trace", "distvlog.tools.diff")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="distvlog", description="Debug data-parallel training from per-rank logs.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a command not built yet
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except InputError as exc:
+        print(f"distvlog {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `distvlog merge ... | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""`get_logger`: structlog bound loggers with glog severities and `vlog(level, ...)`.
+
+distvlog never calls `structlog.configure`: your own structlog setup stays yours. Our loggers share one
+processor chain (`PROCESSORS`), ending in the renderer of the process's log file.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Any, Callable
+
+import structlog
+
+from . import _rules
+from ._processors import add_callsite, add_record_fields, skip_frames_of
+from ._sink import SINK
+
+Processor = Callable[[Any, str, dict], Any]
+PROCESSORS: list[Processor] = [add_callsite, add_record_fields, SINK.renderer]
+
+
+class _ModuleLogger:
+    """The object structlog wraps: a module name (for vmodule) and the sink's write methods."""
+
+    __slots__ = ("name", "info", "vlog", "warning", "error", "critical")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.info = self.vlog = SINK.write
+        self.warning = self.error = self.critical = SINK.write_urgent
+
+
+class Logger(structlog.BoundLoggerBase):
+    """A bound logger: `info/warning/error/critical`, `debug` (= vlog 1) and `vlog(level, event, **fields)`."""
+
+    def _emit(self, method: str, event: Any, fields: dict[str, Any]) -> None:
+        """structlog's processor chain, without re-packing the keyword arguments on the hot path."""
+        ed = {**self._context, **fields} if self._context else fields
+        ed["event"] = event
+        try:
+            for processor in self._processors:
+                ed = processor(self._logger, method, ed)
+        except structlog.DropEvent:
+            return
+        if type(ed) is not bytes:  # a user renderer that returns text
+            ed = (ed if isinstance(ed, str) else str(ed)).encode() + b"\n"
+        getattr(self._logger, method)(ed)
+
+    def info(self, event: Any = None, **fields: Any) -> None:
+        self._emit("info", event, fields)
+
+    def warning(self, event: Any = None, **fields: Any) -> None:
+        self._emit("warning", event, fields)
+
+    def error(self, event: Any = None, **fields: Any) -> None:
+        self._emit("error", event, fields)
+
+    def critical(self, event: Any = None, **fields: Any) -> None:
+        self._emit("critical", event, fields)
+
+    def exception(self, event: Any = None, **fields: Any) -> None:
+        """An error record with the current exception's traceback as continuation lines."""
+        self._emit("error", f"{event or ''}\n{traceback.format_exc().rstrip()}", fields)
+
+    def vlog(self, level: int, event: Any = None, **fields: Any) -> None:
+        """glog's VLOG(level): logged when the module's verbosity is at least `level`."""
+        if level > _rules.ceiling or level > _rules.level_for(self._logger.name):
+            return
+        self._emit("vlog", event, {"v": level, **fields})
+
+    def debug(self, event: Any = None, **fields: Any) -> None:
+        self.vlog(1, event, **fields)
+
+    def vlog_is_on(self, level: int) -> bool:
+        """glog's VLOG_IS_ON: check before building an expensive message."""
+        return level <= _rules.ceiling and level <= _rules.level_for(self._logger.name)
+
+    warn = warning
+    fatal = critical
+
+
+skip_frames_of(Logger._emit, Logger.debug, Logger.vlog, Logger.exception, Logger.info, Logger.warning,
+               Logger.error, Logger.critical)
+_loggers: dict[str, Logger] = {}
+
+
+def get_logger(name: str | None = None, **initial_values: Any) -> Logger:
+    """A logger for `name` (default: the calling module) writing to this rank's file."""
+    if name is None:
+        name = sys._getframe(1).f_globals.get("__name__", "__main__")
+    logger = _loggers.get(name)
+    if logger is None:
+        logger = _loggers[name] = Logger(_ModuleLogger(name), PROCESSORS, {})
+    return logger.bind(**initial_values) if initial_values else logger
+
+
+def add_processor(processor: Processor) -> None:
+    """Run `processor(logger, method_name, event_dict)` on every record, just before rendering."""
+    PROCESSORS.insert(len(PROCESSORS) - 1, processor)
+
+
+def use_renderer_of_sink() -> None:
+    PROCESSORS[-1] = SINK.renderer

@@ -1,0 +1,145 @@
+"""Renderers (the last structlog processor) and the file header, for glog text and JSON lines.
+
+A glog record is `Lmmdd hh:mm:ss.uuuuuu tid file:line] [rank R] message k=v ...`: structured fields follow
+the first line of the message as logfmt pairs, continuation lines follow as-is. A JSON-lines record is one
+object with the same fields. Both return bytes, one whole record, ready for the sink.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import numpy as np
+import orjson
+
+FORMAT_VERSION = 1
+# Fields the glog prefix carries; every other field (v included) follows the message as k=v.
+CORE_FIELDS = frozenset({"event", "ts", "severity", "rank", "world_size", "tid", "file", "line"})
+_NEEDS_QUOTES = re.compile(r'[\s"=]')
+GLOG_HEADER_FORMAT = "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg"
+META_EVENT = "distvlog-meta"
+# Header slots patched in place once the clock offset is measured: "<offset_us> <uncertainty_us> <ts_us>".
+CLOCK_SLOT_WIDTH = 64
+CLOCK_SLOTS = ("clock_start", "clock_end")
+
+_ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS
+
+
+def _plain(value: Any) -> str:
+    """A logfmt value: bare when it has no spaces, quotes or '=', else a JSON string."""
+    kind = type(value)
+    if kind is int or kind is float or kind is bool or value is None:
+        return str(value)
+    text = value if kind is str else str(value) if isinstance(value, (int, float, np.generic)) else (
+        orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=str).decode())
+    return json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else text
+
+
+class _SecondCache:
+    """`mmdd hh:mm:ss` for the current second, computed once per second."""
+
+    __slots__ = ("sec", "text")
+
+    def __init__(self) -> None:
+        self.sec = -1
+        self.text = ""
+
+    def prefix(self, ts_us: int) -> tuple[str, int]:
+        sec, us = divmod(ts_us, 1_000_000)
+        if sec != self.sec:
+            self.text = time.strftime("%m%d %H:%M:%S", time.localtime(sec))
+            self.sec = sec
+        return self.text, us
+
+
+class GlogRenderer:
+    """glog text, byte-compatible with glog so lnav's glog format, grep and sort keep working."""
+
+    suffix = ".log"
+
+    def __init__(self) -> None:
+        self._clock = _SecondCache()
+
+    def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
+        stamp, us = self._clock.prefix(ed["ts"])
+        event = ed["event"]
+        if type(event) is not str:
+            event = "" if event is None else str(event)
+        if len(ed) > len(CORE_FIELDS):
+            pairs = "".join([f" {k}={_plain(v)}" for k, v in ed.items() if k not in CORE_FIELDS])
+            if "\n" in event:
+                first, _, rest = event.partition("\n")
+                event = f"{first}{pairs}\n{rest}"
+            else:
+                event += pairs
+        return (
+            f"{ed['severity']}{stamp}.{us:06d} {ed['tid']} {ed['file']}:{ed['line']}] "
+            f"[rank {ed['rank']}] {event}\n"
+        ).encode("utf-8", "backslashreplace")
+
+    def header(self, meta: dict[str, Any]) -> bytes:
+        created = time.localtime(meta["created_us"] // 1_000_000)
+        record = _meta_record(meta)
+        record["event"] += " " + json.dumps(record.pop("meta"), separators=(",", ":"))
+        return (
+            f"Log file created at: {time.strftime('%Y/%m/%d %H:%M:%S', created)}\n"
+            f"Running on machine: {meta['host']}\n{GLOG_HEADER_FORMAT}\n"
+        ).encode() + self(None, "info", record)
+
+
+class JsonLinesRenderer:
+    """One JSON object per line with the same fields as the glog text."""
+
+    suffix = ".jsonl"
+
+    def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
+        return orjson.dumps(ed, option=_ORJSON_OPTS, default=str)
+
+    def header(self, meta: dict[str, Any]) -> bytes:
+        return self(None, "info", _meta_record(meta))
+
+
+def clock_slot(offset_us: float, uncertainty_us: float, ts_us: int) -> str:
+    text = f"{offset_us:.1f} {uncertainty_us:.1f} {ts_us}"
+    return text.ljust(CLOCK_SLOT_WIDTH)[:CLOCK_SLOT_WIDTH]
+
+
+def _meta_record(meta: dict[str, Any]) -> dict[str, Any]:
+    # The metadata is itself a record, so lnav and every tool parse it like any other line.
+    return {
+        "ts": meta["created_us"],
+        "severity": "I",
+        "rank": meta["rank"],
+        "world_size": meta["world_size"],
+        "tid": meta["tid"],
+        "file": "distvlog",
+        "line": 0,
+        "event": META_EVENT,
+        "meta": meta,
+    }
+
+
+def make_meta(*, rank: int, world_size: int, host: str, pid: int, tid: int, run_id: str, fmt: str) -> dict[str, Any]:
+    created_us = time.time_ns() // 1000
+    local = time.localtime(created_us // 1_000_000)
+    return {
+        "distvlog": FORMAT_VERSION,
+        "format": fmt,
+        "rank": rank,
+        "world_size": world_size,
+        "host": host,
+        "pid": pid,
+        "tid": tid,
+        "run_id": run_id,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S", local) + f".{created_us % 1_000_000:06d}",
+        "created_us": created_us,
+        "utc_offset_s": local.tm_gmtoff,
+        "clock_start": clock_slot(0.0, 0.0, created_us),
+        "clock_end": " " * CLOCK_SLOT_WIDTH,
+    }
+
+
+RENDERERS = {"glog": GlogRenderer, "jsonl": JsonLinesRenderer}

@@ -1,0 +1,150 @@
+"""VLOG rules: the verbosity each module logs at, as glog's --v and --vmodule.
+
+A `Rules` value is immutable; changing verbosity swaps in a new one. `vlog_guard` swaps it for the current
+thread only. `ceiling` is the highest level any rule in force could allow, so a disabled `vlog` call is
+rejected with one integer comparison before any per-module look-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Union
+
+LevelSpec = Union[int, Mapping[str, int], str]
+
+
+def _check_level(level: object, what: str) -> int:
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise TypeError(f"{what} must be an int, got {type(level).__name__} {level!r}")
+    return level
+
+
+class Rules:
+    """A global level plus `glob=level` patterns matched on a module's basename (first match wins)."""
+
+    __slots__ = ("level", "patterns", "_cache")
+
+    def __init__(self, level: int = 0, patterns: tuple[tuple[str, int], ...] = ()) -> None:
+        self.level = level
+        self.patterns = patterns
+        self._cache: dict[str, int] = {}
+
+    @property
+    def highest(self) -> int:
+        return max([self.level, *(lvl for _, lvl in self.patterns)])
+
+    def level_for(self, module: str) -> int:
+        try:
+            return self._cache[module]
+        except KeyError:
+            pass
+        base = module.rsplit(".", 1)[-1]
+        level = self.level
+        for pattern, lvl in self.patterns:
+            if fnmatch.fnmatchcase(base, pattern) or fnmatch.fnmatchcase(module, pattern):
+                level = lvl
+                break
+        self._cache[module] = level
+        return level
+
+    def updated(self, spec: LevelSpec) -> Rules:
+        """These rules with `spec` applied: an int sets the global level, a mapping or
+        'name=level,glob*=level' string puts module patterns in front of the existing ones."""
+        if isinstance(spec, str):
+            spec = parse_vmodule(spec)
+        if isinstance(spec, Mapping):
+            new = tuple((str(p), _check_level(lvl, f"vmodule level for {p!r}")) for p, lvl in spec.items())
+            kept = tuple(item for item in self.patterns if item[0] not in dict(new))
+            return Rules(self.level, new + kept)
+        return Rules(_check_level(spec, "verbosity level"), self.patterns)
+
+
+def parse_vmodule(text: str, source: str = "vmodule") -> dict[str, int]:
+    """Parse glog's `name=level,glob*=level` syntax."""
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, level = item.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            out[name.strip()] = int(level)
+        except ValueError:
+            raise ValueError(f"distvlog: {source}: {item!r} is not of the form name=level") from None
+    return out
+
+
+def _rules_from_env() -> Rules:
+    rules = Rules()
+    for var in ("DISTVLOG_V", "GLOG_v"):
+        raw = os.environ.get(var)
+        if raw:
+            try:
+                rules = Rules(int(raw))
+            except ValueError:
+                raise ValueError(f"distvlog: {var}={raw!r} is not an integer") from None
+            break
+    for var in ("DISTVLOG_VMODULE", "GLOG_vmodule"):
+        raw = os.environ.get(var)
+        if raw:
+            return rules.updated(parse_vmodule(raw, var))
+    return rules
+
+
+class _ThreadRules(threading.local):
+    rules: Rules | None = None
+
+
+_process = _rules_from_env()
+_thread = _ThreadRules()
+_lock = threading.Lock()
+_active_guard_levels: Counter[int] = Counter()
+ceiling = _process.highest
+
+
+def _update_ceiling() -> None:
+    global ceiling
+    ceiling = max([_process.highest, *_active_guard_levels])
+
+
+def current() -> Rules:
+    """The rules in force for the calling thread."""
+    return _thread.rules or _process
+
+
+def level_for(module: str) -> int:
+    """The verbosity `module` logs at in the calling thread."""
+    return (_thread.rules or _process).level_for(module)
+
+
+def set_vlog_level(spec: LevelSpec) -> None:
+    """Change verbosity for the whole process from now on: an int for the global level, or
+    `{"engine": 5, "dist*": 2}` / `"engine=5,dist*=2"` for per-module levels."""
+    global _process
+    with _lock:
+        _process = _process.updated(spec)
+        _update_ceiling()
+
+
+@contextlib.contextmanager
+def vlog_guard(spec: LevelSpec) -> Iterator[None]:
+    """Verbosity for a region of the calling thread (forward op lines, untagged nodes, your own vlogs)."""
+    rules = current().updated(spec)
+    previous = _thread.rules
+    with _lock:
+        _active_guard_levels[rules.highest] += 1
+        _update_ceiling()
+    _thread.rules = rules
+    try:
+        yield
+    finally:
+        _thread.rules = previous
+        with _lock:
+            _active_guard_levels[rules.highest] -= 1
+            if not _active_guard_levels[rules.highest]:
+                del _active_guard_levels[rules.highest]
+            _update_ceiling()

@@ -1,0 +1,138 @@
+"""Where a process logs: `<log_dir>/<run_id>/rank-<R>.log`, one run id shared by all ranks of a job.
+
+A run never writes into another run's files: files are created with O_EXCL and without following
+symlinks; if a rank's file already exists (a reused run id), the rank moves on to `<run_id>.1`, `.2`, ...
+Every rank of the reused job sees the same files, so all of them land in the same new directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+import zlib
+from pathlib import Path
+
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_PID_IN_HEADER = re.compile(rb'"pid":(\d+)')
+
+
+def log_dir() -> Path:
+    return Path(os.environ.get("DISTVLOG_LOG_DIR") or "distvlog_logs")
+
+
+def _stamp(epoch_s: float) -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(epoch_s))
+
+
+def _launcher_job_id() -> str | None:
+    """A job id every rank of the job sees in its environment, if the launcher provides one."""
+    slurm = os.environ.get("SLURM_JOB_ID")
+    if slurm:
+        return f"slurm{slurm}.{os.environ.get('SLURM_STEP_ID', '0')}"
+    for var in ("PMIX_NAMESPACE", "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_ess_base_jobid", "TORCHELASTIC_RUN_ID"):
+        value = os.environ.get(var)
+        if value and value != "none":
+            return f"job{zlib.crc32(value.encode()):08x}"
+    return None
+
+
+def _parent_start() -> tuple[int, float] | None:
+    """(ppid, wall-clock start time of the parent): the same for all ranks one launcher proxy started."""
+    ppid = os.getppid()
+    try:
+        fields = Path(f"/proc/{ppid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])
+        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return ppid, btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def default_run_id(world_size: int) -> str:
+    """The run id when nobody handed one down: the environment, the launcher's job, else a new one.
+
+    `distvlog launch` and `distvlog.init()` (an MPI broadcast) always agree across ranks; without them,
+    ranks started by the same launcher process agree because they share its pid and start time.
+    """
+    explicit = os.environ.get("DISTVLOG_RUN_ID")
+    if explicit:
+        return sanitize_run_id(explicit)
+    job = _launcher_job_id()
+    if job:
+        return f"{_stamp(time.time())[:8]}-{job}"
+    if world_size > 1:
+        parent = _parent_start()
+        if parent:
+            return f"{_stamp(parent[1])}-p{parent[0]}"
+    return f"{_stamp(time.time())}-{os.getpid()}"
+
+
+def sanitize_run_id(run_id: str) -> str:
+    clean = _UNSAFE.sub("_", run_id).strip("._")
+    if not clean:
+        raise ValueError(f"distvlog: run id {run_id!r} has no usable characters")
+    return clean
+
+
+def _real_dir(path: Path) -> None:
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        raise OSError(f"distvlog: {path} is not a directory (symlinks are not followed)")
+
+
+def _writer_alive(path: Path) -> bool:
+    """Whether the process that created `path` (per its header) is still running on this host."""
+    try:
+        with open(path, "rb") as f:
+            match = _PID_IN_HEADER.search(f.read(4096))
+        if match:
+            os.kill(int(match.group(1)), 0)
+            return True
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def create_rank_file(root: Path, run_id: str, stem: str, suffix: str, pid: int) -> tuple[int, Path, str]:
+    """Create `root/<run id>/<stem><suffix>` exclusively; returns (fd, path, the run id actually used).
+
+    A name held by a live process of this run (a helper spawned with the same rank) gives this process
+    `<stem>.<pid><suffix>` in the same run; a name left by a finished job moves the rank to the next run id.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1000):
+        rid = run_id if attempt == 0 else f"{run_id}.{attempt}"
+        _real_dir(root / rid)
+        names = [stem + suffix]
+        if attempt == 0 and _writer_alive(root / rid / names[0]):
+            names.append(f"{stem}.{pid}{suffix}")
+        for name in names:
+            path = root / rid / name
+            try:
+                return os.open(path, _FLAGS, 0o644), path, rid
+            except FileExistsError:
+                continue
+    raise OSError(f"distvlog: could not create {stem}{suffix} under {root}/{run_id}.*: 1000 runs use that id")
+
+
+def point_latest(root: Path, run_id: str) -> None:
+    """Atomically point `root/latest` at the run (a no-op when `latest` is not ours to replace)."""
+    link = root / "latest"
+    if link.exists() and not link.is_symlink():
+        return
+    tmp = root / f".latest.{os.getpid()}"
+    try:
+        os.symlink(run_id, tmp)
+        os.replace(tmp, link)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

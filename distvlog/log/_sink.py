@@ -1,0 +1,182 @@
+"""The process's log file: records buffered in memory, written as whole records, opened on first use.
+
+Every record is appended to the buffer whole and the buffer goes to the OS in one `os.write`, so the file
+never holds a torn record, even after SIGKILL. A forked child gets its own file instead of its parent's
+buffer. The rest of "never lose a record" (timer, signals, exit, exceptions) lives in `_lifecycle`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+from . import _render, _rundir
+from ._identity import IDENTITY
+
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class RankFile:
+    """One per process. Its `write`/`write_urgent` are what the structlog pipeline's logger calls."""
+
+    def __init__(self) -> None:
+        self.format = os.environ.get("DISTVLOG_FORMAT", "glog")
+        self.renderer = _render.RENDERERS.get(self.format, _render.GlogRenderer)()
+        self.run_id: str | None = None
+        self.root: Path | None = None
+        self.path: Path | None = None
+        self.buffer_bytes = 64 * 1024
+        self.echo_all = os.environ.get("DISTVLOG_ALSOLOGTOSTDERR", "") not in ("", "0")
+        self.on_open: list = []  # called with the sink once its file exists (lifecycle hooks)
+        self._reset()
+        self._pending_clock: dict[str, str] = {}
+        self._deferred_signal: tuple | None = None
+        self._in_write = False
+        os.register_at_fork(before=self._before_fork, after_in_parent=self._lock_release,
+                            after_in_child=self._after_fork_child)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._buf: list[bytes] = []
+        self._size = 0
+        self._fd = -1
+        self._child = False
+
+    # -- configuration (before the first record) ---------------------------------------------------
+    def configure(self, *, fmt: str | None = None, log_dir: str | os.PathLike | None = None,
+                  run_id: str | None = None) -> None:
+        if self._fd >= 0:
+            raise RuntimeError(f"distvlog: the log file {self.path} is already open; configure before logging")
+        if fmt is not None:
+            if fmt not in _render.RENDERERS:
+                raise ValueError(f"distvlog: unknown log format {fmt!r} (choose from {sorted(_render.RENDERERS)})")
+            self.format, self.renderer = fmt, _render.RENDERERS[fmt]()
+        if log_dir is not None:
+            self.root = Path(log_dir)
+        if run_id is not None:
+            self.run_id = _rundir.sanitize_run_id(run_id)
+
+    # -- the structlog logger interface ------------------------------------------------------------
+    def write(self, record: bytes) -> None:
+        with self._lock:
+            self._in_write = True
+            if self._fd < 0:
+                self._open()
+            self._buf.append(record)
+            self._size += len(record)
+            if self._size >= self.buffer_bytes:
+                self._flush_locked()
+            self._in_write = False
+        if self.echo_all:
+            _echo(record)
+        if self._deferred_signal:
+            self._redeliver()
+
+    def write_urgent(self, record: bytes) -> None:
+        """WARNING and above: flushed at once and echoed to stderr."""
+        with self._lock:
+            self._in_write = True
+            if self._fd < 0:
+                self._open()
+            self._buf.append(record)
+            self._flush_locked()
+            self._in_write = False
+        _echo(record)
+        if self._deferred_signal:
+            self._redeliver()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._in_write = True
+            self._flush_locked()
+            self._in_write = False
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _flush_locked(self) -> None:
+        if self._buf:
+            data = b"".join(self._buf)
+            self._buf = []
+            self._size = 0
+            _write_all(self._fd, data)
+
+    def _open(self) -> None:
+        ident = IDENTITY
+        ident.refresh_pid()
+        root = self.root or _rundir.log_dir()
+        run_id = self.run_id or _rundir.default_run_id(ident.world_size)
+        stem = f"rank-{ident.rank}" + (f".{ident.pid}" if self._child else "")
+        fd, path, rid = _rundir.create_rank_file(root, run_id, stem, self.renderer.suffix, ident.pid)
+        meta = _render.make_meta(rank=ident.rank, world_size=ident.world_size, host=ident.host, pid=ident.pid,
+                                 tid=threading.get_native_id(), run_id=rid, fmt=self.format)
+        meta.update(self._pending_clock)
+        header = self.renderer.header(meta)
+        _write_all(fd, header)
+        self._fd, self.path, self.run_id, self.root = fd, path, rid, root
+        self._clock_offsets = {slot: header.index(f'"{slot}":"'.encode()) + len(slot) + 4
+                               for slot in _render.CLOCK_SLOTS}
+        _rundir.point_latest(root, rid)
+        print(f"distvlog: rank {ident.rank} (pid {ident.pid}) logs to {path}", file=sys.stderr, flush=True)
+        for callback in self.on_open:
+            callback(self)
+
+    def set_clock(self, slot: str, offset_us: float, uncertainty_us: float, ts_us: int) -> None:
+        """Record a measured clock offset to rank 0 in the header (in place: the slot has a fixed width)."""
+        text = _render.clock_slot(offset_us, uncertainty_us, ts_us)
+        with self._lock:
+            if self._fd < 0:
+                self._pending_clock[slot] = text
+                return
+            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+            try:
+                os.pwrite(fd, text.encode(), self._clock_offsets[slot])
+            finally:
+                os.close(fd)
+
+    # -- signals: a handler that interrupts our own critical section waits until it is over -------------
+    def flush_for_signal(self, signum: int, frame: object, chain) -> None:
+        if self._in_write and self._lock.locked():
+            self._deferred_signal = (signum, frame, chain)
+            return
+        self.flush()
+        chain(signum, frame)
+
+    def _redeliver(self) -> None:
+        signum, frame, chain = self._deferred_signal
+        self._deferred_signal = None
+        self.flush()
+        chain(signum, frame)
+
+    # -- fork: the child opens its own file -----------------------------------------------------------
+    def _before_fork(self) -> None:
+        self._lock.acquire()
+        if self._fd >= 0:
+            self._flush_locked()
+
+    def _lock_release(self) -> None:
+        self._lock.release()
+
+    def _after_fork_child(self) -> None:
+        fd = self._fd
+        self._reset()
+        self._child = True  # same run, own file: rank-<R>.<pid>
+        self._pending_clock = {}
+        if fd >= 0:
+            os.close(fd)
+
+
+def _echo(record: bytes) -> None:
+    try:
+        sys.stderr.write(record.decode("utf-8", "replace"))
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass  # no stderr (closed or detached): the file still has the record
+
+
+SINK = RankFile()
