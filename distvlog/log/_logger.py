@@ -69,6 +69,11 @@ class Logger(structlog.BoundLoggerBase):
             return
         self._emit("vlog", event, {"v": level, **fields})
 
+    def vlog_at(self, level: int, event: Any = None, **fields: Any) -> None:
+        """Write a VLOG record of `level` without consulting the rules: the caller has decided (the engine,
+        for a node tagged by backward_vlog_guard)."""
+        self._emit("vlog", event, {"v": level, **fields})
+
     def debug(self, event: Any = None, **fields: Any) -> None:
         self.vlog(1, event, **fields)
 
@@ -80,7 +85,7 @@ class Logger(structlog.BoundLoggerBase):
     fatal = critical
 
 
-skip_frames_of(Logger._emit, Logger.debug, Logger.vlog, Logger.exception, Logger.info, Logger.warning,
+skip_frames_of(Logger._emit, Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logger.info, Logger.warning,
                Logger.error, Logger.critical)
 _loggers: dict[str, Logger] = {}
 

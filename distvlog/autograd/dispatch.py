@@ -1,0 +1,90 @@
+"""Running an op: forward on numpy arrays, then — when gradients are wanted — its GradNode, tagged from
+this thread's guard state. The one place where forward meets autograd."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+
+from ..log import _rules, get_logger
+from .guards import STATE
+from .node import GradNode, Site, next_seq
+from .opdef import OpDef
+from .tensor import Tensor
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_log = get_logger("distvlog.autograd.ops")
+_NO_ATTRS: dict[str, Any] = {}
+PROMOTION_WARNING = "Got different data type, run type promotion automatically, this may cause data type been changed."
+
+
+def _user_site(with_stack: bool) -> Site:
+    """The first frame outside distvlog: the user's forward line (a short walk, not a full stack)."""
+    frame = sys._getframe(2)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    return Site(frame.f_code, frame.f_lasti, traceback.extract_stack(frame) if with_stack else None)
+
+
+def _promote(op: OpDef, args: tuple) -> tuple:
+    """float32 with float64: cast the float32 tensor to float64 (a recorded `cast`), with one warning."""
+    a, b = args
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a._data.dtype == b._data.dtype:
+        return args
+    da, db = a._data.dtype, b._data.dtype
+    if da.kind != "f" or db.kind != "f":
+        raise TypeError(f"{op.name}: cannot combine {da} and {db}; only floating types are promoted "
+                        f"automatically, cast one of them with .astype()")
+    site = _user_site(False)
+    _log.warning(PROMOTION_WARNING, file=site.filename, line=site.lineno)
+    target = np.promote_types(da, db)
+    from .ops import cast
+
+    return (a if da == target else cast(a, target), b if db == target else cast(b, target))
+
+
+def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
+    """Run `op` on `args` (tensors or Python scalars) and record its GradNode if any input needs a gradient."""
+    if op.promote:
+        args = _promote(op, args)
+    arrays = []
+    needs_grad = False
+    for a in args:
+        if isinstance(a, Tensor):
+            arrays.append(a._data)
+            if not a.stop_gradient:
+                needs_grad = True
+        else:
+            arrays.append(a)
+    result = op.forward(*arrays, **attrs)
+    out, aux = result if op.aux else (result, None)
+    if type(out) is not np.ndarray:
+        out = np.asarray(out)
+    state = STATE
+    if not (needs_grad and state.grad_enabled):
+        tensor = Tensor(out)
+    else:
+        edges = tuple(a._grad_node() if diff and isinstance(a, Tensor) and not a.stop_gradient else None
+                      for a, diff in zip(args, op.differentiable))
+        in_meta = tuple(None if e is None else (x.shape, x.dtype) for e, x in zip(edges, arrays))
+        saved = tuple(arrays[i] if kind == "in" else np.shape(arrays[i]) if kind == "shape"
+                      else out if kind == "out" else aux[i] for kind, i in op.save_plan)
+        capture = state.capture
+        node = GradNode(op, next_seq(op.name), edges, saved, attrs, in_meta, out, state.vlog_tag, capture,
+                        _user_site(capture is not None))
+        if capture is not None:
+            capture.add(node)
+        tensor = Tensor(out, False, node)
+    if _rules.ceiling >= 3 and _log.vlog_is_on(3):
+        _log_forward(op, args, tensor)
+    return tensor
+
+
+def _log_forward(op: OpDef, args: tuple, out: Tensor) -> None:
+    inputs = ", ".join(f"{slot}: {a.name} {a.dtype} {list(a._data.shape)}" if isinstance(a, Tensor) else f"{slot}: {a!r}"
+                       for slot, a in zip(op.inputs, args))
+    _log.vlog(3, f"Running_AD_API: {op.name} {{ Input: [{inputs}], Output: [out: {out.name}] }}")

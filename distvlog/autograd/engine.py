@@ -1,0 +1,263 @@
+"""The backward engine.
+
+Roles as in PyTorch's engine: a `GraphTask` is one backward pass (the in-degree of every node it will
+run, a holder per node where arriving gradients are summed, what `grad()` captures); the ready queue holds
+nodes whose gradient is complete; `_run_node` executes one node and `_validate` checks its outputs in one
+place — the gradient for each input is summed back to the input's shape (undoing broadcasting) and cast
+to its dtype there, so no op has to. Gradient arrays are values: nothing here modifies one in place.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..log import _rules, flush, get_logger
+from .node import AccumulationNode, GradNode
+from .nodelog import NodeLog
+from .tensor import Tensor
+
+_log = get_logger("distvlog.autograd.engine")
+_passes = itertools.count(1)
+
+
+class BackwardError(RuntimeError):
+    """A node failed during backward; the message names the node and the forward line that created it."""
+
+    def __init__(self, node: GradNode, what: str) -> None:
+        where = f" (created at {node.site})" if node.site is not None else ""
+        super().__init__(f"{node!r}{where}: {what}")
+        self.node = node
+
+
+class GraphTask:
+    """The state of one backward pass."""
+
+    __slots__ = ("dependencies", "holders", "retain_graph", "accumulate", "captured", "level", "pass_id",
+                 "nodes_run", "captures")
+
+    def __init__(self, roots: dict[GradNode, np.ndarray], retain_graph: bool,
+                 captured: dict[GradNode, np.ndarray | None] | None = None) -> None:
+        self.holders = dict(roots)
+        self.retain_graph = retain_graph
+        self.accumulate = captured is None  # grad() leaves `.grad` alone
+        self.captured = captured or {}
+        self.dependencies = _dependencies(list(roots), set(self.captured) if captured is not None else None)
+        self.level = _rules.level_for(_log._logger.name)
+        self.pass_id = next(_passes)
+        self.nodes_run = 0
+        self.captures: set = set()
+
+
+def _dependencies(roots: list[GradNode], targets: set[GradNode] | None) -> dict[GradNode, int]:
+    """In-degree of every node reachable from the roots (only of those leading to `targets`, if given).
+    Refuses a graph whose saved tensors an earlier backward released, before anything runs."""
+    seen, stack = set(roots), list(roots)
+    while stack:
+        node = stack.pop()
+        if node.saved is None:
+            raise BackwardError(node, "its saved tensors were released by an earlier backward; pass "
+                                      "retain_graph=True to that backward to run through the graph again")
+        for nxt in node.edges:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    deps = _in_degrees(seen)
+    if targets is None:
+        return deps
+    needed = targets & seen  # grad(): keep the nodes from which a target can be reached
+    for node in reversed(_topological(deps)):
+        if any(nxt in needed for nxt in node.edges):
+            needed.add(node)
+    return _in_degrees(needed)
+
+
+def _in_degrees(nodes: set[GradNode]) -> dict[GradNode, int]:
+    deps = dict.fromkeys(nodes, 0)
+    for node in nodes:
+        for nxt in node.edges:
+            if nxt in deps:
+                deps[nxt] += 1
+    return deps
+
+
+def _topological(deps: dict[GradNode, int]) -> list[GradNode]:
+    remaining = dict(deps)
+    order = [node for node, n in remaining.items() if n == 0]
+    for node in order:  # grows while iterating: Kahn's algorithm
+        for nxt in node.edges:
+            if nxt in remaining:
+                remaining[nxt] -= 1
+                if remaining[nxt] == 0:
+                    order.append(nxt)
+    return order
+
+
+def _sum_to(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """Undo broadcasting: sum `grad` down to `shape`, or None when the shapes cannot match."""
+    lead = grad.ndim - len(shape)
+    if lead < 0:
+        return None
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and grad.shape[i + lead] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    if lead:
+        grad = grad.reshape(grad.shape[lead:])
+    return grad if grad.shape == shape else None
+
+
+def _validate(node: GradNode, outputs: tuple) -> tuple:
+    """Fit each input gradient to the input's shape and dtype; the one place outputs are checked."""
+    if not isinstance(outputs, tuple) or len(outputs) != len(node.edges):
+        raise BackwardError(node, f"backward returned {outputs!r:.80}, expected {len(node.edges)} gradients")
+    fitted = []
+    for slot, (edge, grad) in enumerate(zip(node.edges, outputs)):
+        if edge is None or grad is None:
+            fitted.append(None)
+            continue
+        shape, dtype = node.in_meta[slot]
+        if grad.shape != shape:
+            reduced = _sum_to(grad, shape)
+            if reduced is None:
+                raise BackwardError(node, f"gradient for input {node.op.inputs[slot]} has shape {list(grad.shape)}, "
+                                          f"which does not reduce to the input's shape {list(shape)}")
+            grad = reduced
+        fitted.append(grad if grad.dtype == dtype else grad.astype(dtype))
+    return tuple(fitted)
+
+
+def _run_hooks(node: GradNode, grad: np.ndarray) -> np.ndarray:
+    for hook in node.hooks:
+        try:
+            result = hook(Tensor(grad))
+        except Exception as exc:
+            raise BackwardError(node, f"hook {getattr(hook, '__name__', hook)!s} failed: "
+                                      f"{type(exc).__name__}: {exc}") from exc
+        if result is not None:
+            grad = result._data if isinstance(result, Tensor) else np.asarray(result)
+            if grad.shape != node.out_shape:
+                raise BackwardError(node, f"hook {getattr(hook, '__name__', hook)!s} returned shape "
+                                          f"{list(grad.shape)}, expected {list(node.out_shape)}")
+    return grad
+
+
+def _run_node(task: GraphTask, node: GradNode, grad: np.ndarray, nlog: NodeLog | None) -> tuple:
+    if nlog is not None:
+        nlog.begin(grad)
+    try:
+        outputs = node.op.backward(grad, *node.saved, **node.attrs)
+    except Exception as exc:
+        raise BackwardError(node, f"{type(exc).__name__}: {exc}") from exc
+    fitted = _validate(node, outputs)
+    if nlog is not None:
+        nlog.finish(grad, fitted)
+    if not task.retain_graph:
+        node.saved = None
+    return fitted
+
+
+def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None) -> None:
+    leaf = node.leaf()
+    if nlog is not None:
+        nlog.begin(grad)
+    if leaf is not None:
+        leaf.grad = Tensor(grad) if leaf.grad is None else Tensor(leaf.grad._data + grad)
+    if nlog is not None:
+        nlog.finish(grad, ())
+
+
+def _execute(task: GraphTask) -> None:
+    deps, holders, captured = task.dependencies, task.holders, task.captured
+    ready = deque(node for node in holders if deps.get(node) == 0)
+    if task.level >= 3:
+        _log.vlog_at(3, "backward begin", nodes=len(deps), roots=len(holders), **{"pass": task.pass_id})
+    while ready:
+        node = ready.popleft()
+        grad = holders.pop(node, None)
+        if grad is not None and node.hooks:
+            grad = _run_hooks(node, grad)
+        if node in captured:
+            captured[node] = grad
+        level = node.vlog_level if node.vlog_level is not None else task.level
+        nlog = NodeLog(node, level, task.pass_id) if level >= 3 else None
+        if grad is None:  # nothing reached this node: its successors get nothing from it either
+            outputs: tuple = (None,) * len(node.edges)
+        elif type(node) is AccumulationNode:
+            if task.accumulate:
+                _accumulate(node, grad, nlog)
+            outputs = ()
+        else:
+            outputs = _run_node(task, node, grad, nlog)
+        task.nodes_run += 1
+        if node.capture is not None:
+            node.capture.record(node, grad, outputs)
+            task.captures.add(node.capture)
+        for nxt, g in zip(node.edges, outputs):
+            if nxt is None or nxt not in deps:
+                continue
+            if g is not None:
+                held = holders.get(nxt)
+                holders[nxt] = g if held is None else held + g
+                if nlog is not None:
+                    nlog.pending(nxt, g, summed=held is not None, in_degree=deps[nxt] - 1)
+            deps[nxt] -= 1
+            if deps[nxt] == 0:
+                ready.append(nxt)
+    if task.level >= 3:
+        _log.vlog_at(3, "backward end", nodes_run=task.nodes_run, **{"pass": task.pass_id})
+    for capture in task.captures:
+        capture.finish()
+    flush()
+
+
+def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None] | None) -> dict:
+    if grad_tensors is not None and len(grad_tensors) != len(tensors):
+        raise ValueError(f"backward: {len(tensors)} tensors but {len(grad_tensors)} grad_tensors")
+    roots: dict[GradNode, np.ndarray] = {}
+    for i, t in enumerate(tensors):
+        if t.stop_gradient:
+            raise RuntimeError(f"backward: tensor {t.name} has stop_gradient=True, there is nothing to differentiate")
+        given = grad_tensors[i] if grad_tensors is not None else None
+        if given is None:
+            g = np.ones_like(t._data)
+        else:
+            g = np.asarray(given._data if isinstance(given, Tensor) else given, dtype=t.dtype)
+            if g.shape != t._data.shape:
+                raise ValueError(f"backward: grad_tensor for {t.name} has shape {list(g.shape)}, expected {t.shape}")
+        node = t._grad_node()
+        roots[node] = roots[node] + g if node in roots else g
+    return roots
+
+
+def backward(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None] | None = None,
+             retain_graph: bool = False) -> None:
+    """Accumulate d(tensors)/d(leaf) into every reachable leaf's `.grad`."""
+    _execute(GraphTask(_root_grads(tensors, grad_tensors), retain_graph))
+
+
+def grad(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor],
+         grad_outputs: Tensor | Sequence[Tensor | None] | None = None, retain_graph: bool | None = None,
+         allow_unused: bool = False) -> list[Tensor | None]:
+    """The gradients of `outputs` with respect to `inputs`, without touching any `.grad`."""
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    if isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs]
+    targets = []
+    for i, t in enumerate(inputs):
+        if t.stop_gradient:
+            raise RuntimeError(f"grad: input {i} ({t.name}) has stop_gradient=True")
+        targets.append(t._grad_node())
+    task = GraphTask(_root_grads(outputs, grad_outputs), bool(retain_graph), dict.fromkeys(targets))
+    _execute(task)
+    results: list[Tensor | None] = []
+    for i, node in enumerate(targets):
+        g = task.captured.get(node)
+        if g is None and not allow_unused:
+            raise RuntimeError(f"grad: input {i} ({inputs[i].name}) is not reachable from the outputs; "
+                               "pass allow_unused=True to get None for it")
+        results.append(None if g is None else Tensor(g))
+    return results

@@ -1,0 +1,125 @@
+"""capture_backward_subgraph_guard's output: the captured subgraph as Graphviz, with call stacks and
+gradients, written once by the first backward that runs the captured nodes.
+
+Colours as in Paddle: nodes created inside the guard grey, their neighbours outside it orange, leaf
+accumulation nodes teal. `backward_graph.dot` follows the gradient; `ref_forward_graph.dot` is the same
+graph with edges reversed, as the forward ran.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import traceback
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..log import IDENTITY, get_logger
+from .node import AccumulationNode, GradNode
+
+_log = get_logger("distvlog.autograd.graphviz")
+_COLOURS = {"inside": "lightgrey", "outside": "orange", "leaf": "turquoise3"}
+
+
+def _dims(meta: tuple | None) -> tuple[str, str]:
+    if meta is None:
+        return "None", "[]"
+    shape, dtype = meta
+    return str(dtype), str(list(shape))
+
+
+class Capture:
+    """The nodes one guard captured, and what the next backward did with them."""
+
+    def __init__(self, path: Path, dump_grads: bool) -> None:
+        self.path, self.dump_grads = path, dump_grads
+        self.nodes: weakref.WeakSet[GradNode] = weakref.WeakSet()
+        self.grads: list[tuple[str, np.ndarray]] = []
+        self.done = False
+
+    def add(self, node: GradNode) -> None:
+        self.nodes.add(node)
+
+    def record(self, node: GradNode, grad: np.ndarray | None, outputs: tuple) -> None:
+        if self.dump_grads and not self.done and grad is not None:
+            self.grads.append((node.out_name + "@Grad", grad))
+            self.grads += [(node.input_name(i) + "@Grad", g) for i, g in enumerate(outputs) if g is not None]
+
+    def finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        stamp = time.strftime("%Y%m%d-%H%M%S") + f"-rank{IDENTITY.rank}"
+        written = [self._write(f"{stamp}_backward_graph.dot", self._dot(reverse=False)),
+                   self._write(f"{stamp}_ref_forward_graph.dot", self._dot(reverse=True)),
+                   self._write(f"{stamp}_call_stack.log", self._call_stacks())]
+        if self.dump_grads:
+            written.append(self._write(f"{stamp}_grad_tensors.log", self._grad_tensors()))
+        if shutil.which("dot"):
+            for dot in written[:2]:
+                subprocess.run(["dot", "-Tsvg", str(dot), "-o", str(dot.with_suffix(".svg"))], check=False,
+                               capture_output=True, timeout=60)
+        _log.info(f"captured backward subgraph written to {self.path}", files=",".join(p.name for p in written))
+
+    def _write(self, name: str, text: str) -> Path:
+        target = self.path / name
+        target.write_text(text)
+        return target
+
+    def _kind(self, node: GradNode) -> str:
+        if isinstance(node, AccumulationNode):
+            return "leaf"
+        return "inside" if node in self.nodes else "outside"
+
+    def _dot(self, reverse: bool) -> str:
+        inside = list(self.nodes)
+        shown = {id(n): n for n in inside}
+        for node in inside:
+            for nxt in node.edges:
+                if nxt is not None:
+                    shown.setdefault(id(nxt), nxt)
+        consumers = {id(nxt): node for node in shown.values() for nxt in node.edges if nxt is not None}
+        for nid, consumer in consumers.items():  # neighbours whose output feeds a captured node
+            shown.setdefault(id(consumer), consumer)
+        lines = [f"digraph {'ref_forward_graph' if reverse else 'backward_graph'} {{", "  rankdir=TB;",
+                 '  node [shape=box, style="rounded,filled", fontname="Helvetica"];']
+        for nid, node in shown.items():
+            lines.append(f'  n{nid:x} [label="{node.name}\\n0x{nid:x}", fillcolor="{_COLOURS[self._kind(node)]}"];')
+        for node in shown.values():
+            for slot, nxt in enumerate(node.edges):
+                if nxt is None or id(nxt) not in shown:
+                    continue
+                dtype, dims = _dims(node.in_meta[slot])
+                if reverse:
+                    lines.append(f'  n{id(nxt):x} -> n{id(node):x} [label="{dtype}\\n{dims}"];')
+                else:
+                    label = f"{node.input_name(slot)}@Grad\\n{dtype}\\n{dims}"
+                    lines.append(f'  n{id(node):x} -> n{id(nxt):x} [label="{label}"];')
+        return "\n".join(lines + ["}", ""])
+
+    def _call_stacks(self) -> str:
+        out = []
+        for node in sorted(self.nodes, key=lambda n: n.seq):
+            out.append(f"{node!r}  (forward at {node.site})")
+            stack = node.site.stack if node.site is not None and node.site.stack else []
+            out.extend("  " + line.rstrip() for line in traceback.format_list(stack))
+            out.append("")
+        return "\n".join(out)
+
+    def _grad_tensors(self) -> str:
+        out = []
+        for name, g in self.grads:
+            a = np.asarray(g)
+            out.append(f"{name}: shape={list(a.shape)} dtype={a.dtype}")
+            out.append(np.array2string(a, threshold=10_000, separator=", "))
+            out.append("")
+        return "\n".join(out)
+
+
+def describe(node: GradNode) -> dict[str, Any]:
+    """A node's identity for reports: name, address, forward site."""
+    return {"node": node.name, "addr": f"0x{id(node):x}", "site": str(node.site) if node.site else None}

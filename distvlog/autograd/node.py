@@ -1,0 +1,116 @@
+"""GradNode: one recorded op with its saved tensors, its out-edges (to the nodes of its inputs) and the
+tags its creator's thread put on it (vlog level, subgraph capture, forward call site)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import weakref
+from types import CodeType
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from .opdef import OpDef
+
+if TYPE_CHECKING:
+    from .graphviz import Capture
+    from .tensor import Tensor
+
+_counters: dict[str, itertools.count] = {}
+
+
+def next_seq(api: str) -> int:
+    """Paddle's unique-name counter: the n-th call of `api` in this process gets n (thread-safe)."""
+    counter = _counters.get(api)
+    if counter is None:
+        counter = _counters.setdefault(api, itertools.count(1))
+    return next(counter)
+
+
+def tensor_name(api: str, seq: int, dtype: np.dtype, shape: tuple[int, ...]) -> str:
+    """`multiply1_out_float64_2x3`; a 0-d tensor ends in `_` (`sum1_out_float64_`)."""
+    return f"{api}{seq}_out_{dtype}_{'x'.join(map(str, shape))}"
+
+
+class Site:
+    """Where the forward call that created a node is in the user's code (line resolved when asked)."""
+
+    __slots__ = ("code", "lasti", "stack")
+
+    def __init__(self, code: CodeType, lasti: int, stack: list | None = None) -> None:
+        self.code, self.lasti, self.stack = code, lasti, stack
+
+    @property
+    def filename(self) -> str:
+        return os.path.basename(self.code.co_filename)
+
+    @property
+    def lineno(self) -> int | None:
+        return next((ln for start, end, ln in self.code.co_lines() if start <= self.lasti < end), None)
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+
+class GradNode:
+    """The backward half of one forward op call."""
+
+    __slots__ = ("op", "seq", "edges", "saved", "attrs", "in_meta", "out_shape", "out_dtype", "vlog_level",
+                 "capture", "site", "hooks", "__weakref__")
+
+    def __init__(self, op: OpDef, seq: int, edges: tuple[GradNode | None, ...], saved: tuple,
+                 attrs: dict[str, Any], in_meta: tuple, out: np.ndarray, vlog_level: int | None,
+                 capture: Capture | None, site: Site | None) -> None:
+        self.op = op
+        self.seq = seq
+        self.edges = edges  # per input slot: the node its gradient flows to, or None
+        self.saved = saved  # None once released by a backward without retain_graph
+        self.attrs = attrs
+        self.in_meta = in_meta  # per input slot: (shape, dtype), what its gradient must match
+        self.out_shape = out.shape
+        self.out_dtype = out.dtype
+        self.vlog_level = vlog_level
+        self.capture = capture
+        self.site = site
+        self.hooks: list[Callable] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.op.name}{self.seq}GradNode"
+
+    @property
+    def out_name(self) -> str:
+        """The forward output tensor's name, from which its gradient takes `@Grad`."""
+        return tensor_name(self.op.name, self.seq, self.out_dtype, self.out_shape)
+
+    def input_name(self, slot: int) -> str:
+        edge = self.edges[slot]
+        return edge.out_name if edge is not None else "None"
+
+    def __repr__(self) -> str:
+        return f"{self.name}(0x{id(self):x})"
+
+
+ACCUMULATION = OpDef("accumulation", ("grad",), forward=lambda g: g, backward=lambda g: ())
+
+
+class AccumulationNode(GradNode):
+    """GradNodeAccumulation: the end of every path, adding the gradient into a leaf tensor's `.grad`."""
+
+    __slots__ = ("leaf",)
+
+    def __init__(self, leaf: Tensor) -> None:
+        data = leaf._data
+        super().__init__(ACCUMULATION, 0, (), (), {}, ((data.shape, data.dtype),), data, leaf._vlog_tag,
+                         None, None)
+        self.leaf = weakref.ref(leaf)
+
+    @property
+    def name(self) -> str:
+        return "GradNodeAccumulation"
+
+    @property
+    def out_name(self) -> str:
+        leaf = self.leaf()
+        return leaf.name if leaf is not None else "None"

@@ -1,0 +1,136 @@
+"""What a node prints while backward runs it, at exactly its level, in Paddle's order:
+
+  4  <node>(0x..) begin run
+  3  ===Running_AD_API_GRAD: <op>_grad===, then the Input dump
+  3  ===Running_C++_API: <op>_grad<n>===
+  4  kernel key and kernel signature (ours: numpy, dtypes, shapes)
+  3  ===Finish_C++_API: <op>_grad<n>===, then the Input + Output dump
+  5  one `grad_stats` record per gradient (shape, dtype, L2 norm, min, max, mean, NaN/Inf counts, checksum)
+  3  ===Finish_AD_API_GRAD: <op>_grad===
+  4  <node>(0x..) Found pending node: <next>(0x..), per out-edge that received a gradient
+
+Tensor dumps grow with the level: 3 names, 4 + pointers, 5 + TensorInfo and statistics, 6 + ADInfo,
+11 + values (truncated).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+from ..log import get_logger
+from ..log._processors import skip_frames_of
+from .node import AccumulationNode, GradNode
+
+_log = get_logger("distvlog.autograd.engine")
+_BANNER = "=" * 26
+MAX_VALUES = 24  # elements printed per tensor at level >= 11
+
+
+def grad_stats(a: np.ndarray) -> dict[str, Any]:
+    """Statistics that tell ranks apart: cheap, exact to compare (checksum) and robust to NaN/Inf."""
+    a = np.asarray(a)
+    finite = np.isfinite(a)
+    n_nan = int(np.isnan(a).sum())
+    values = a[finite].astype(np.float64) if not finite.all() else a.astype(np.float64, copy=False)
+    return {
+        "shape": "x".join(map(str, a.shape)),
+        "dtype": str(a.dtype),
+        "norm": float(np.sqrt(np.dot(values.ravel(), values.ravel()))) if values.size else 0.0,
+        "min": float(values.min()) if values.size else float("nan"),
+        "max": float(values.max()) if values.size else float("nan"),
+        "mean": float(values.mean()) if values.size else float("nan"),
+        "nan": n_nan,
+        "inf": int(a.size - finite.sum()) - n_nan,
+        "checksum": f"{zlib.crc32(np.ascontiguousarray(a).tobytes()):08x}",
+    }
+
+
+def _ptr(a: Any) -> str:
+    return f"0x{np.asarray(a).__array_interface__['data'][0]:x}"
+
+
+class NodeLog:
+    """The log of one node run; created by the engine only when the node's level is 3 or more."""
+
+    __slots__ = ("node", "level", "log", "api")
+
+    def __init__(self, node: GradNode, level: int, pass_id: int) -> None:
+        self.node, self.level = node, level
+        self.log = _log.bind(node=node.name, **{"pass": pass_id})
+        self.api = node.name if isinstance(node, AccumulationNode) else node.op.grad_name
+
+    def _line(self, v: int, text: str, **fields: Any) -> None:
+        if v <= self.level:
+            self.log.vlog_at(v, text, **fields)
+
+    def _tensor(self, name: str, a: Any, grad_node: GradNode | None) -> str:
+        fields = [f"Name: {name}"]
+        if self.level >= 4:
+            fields += ["Initialized: 1", f"Tensor_Ptr:0x{id(a):x}", f"Tensor_Impl_Ptr: {_ptr(a)}"]
+        if self.level >= 5:
+            a = np.asarray(a)
+            s = grad_stats(a)
+            fields.append(f"TensorInfo: {{ Type: DenseTensor, Dtype: {a.dtype}, Place: CPU, Shape: {list(a.shape)} }}")
+            fields.append("Stats: { " + ", ".join(f"{k}: {v}" for k, v in s.items() if k not in ("shape", "dtype"))
+                          + " }")
+        if self.level >= 6:
+            fields.append(f"ADInfo: {{ GradNode: {grad_node!r} }}" if grad_node is not None else "ADInfo: { None }")
+        if self.level >= 11:
+            values = np.array2string(np.asarray(a), threshold=MAX_VALUES, edgeitems=3, separator=", ")
+            fields.append(f"Value: {values}")
+        return "[{\n        " + ",\n        ".join(fields) + " }]"
+
+    def _inputs(self, grad: np.ndarray) -> str:
+        node = self.node
+        parts = [f"( grad_out , {self._tensor(node.out_name + '@Grad', grad, node)})"]
+        for what, value in zip(node.op.saves, node.saved or ()):
+            if isinstance(value, np.ndarray):
+                slot = node.op.inputs.index(what) if what in node.op.inputs else None
+                name = node.input_name(slot) if slot is not None else "None"
+                parts.append(f"( {what} , {self._tensor(name, value, None)})")
+        return "[ \n" + ",  \n".join(parts) + ", ]"
+
+    def begin(self, grad: np.ndarray) -> None:
+        node, api = self.node, self.api
+        self._line(4, f"{node!r} begin run")
+        self._line(5, f"{node!r} has {sum(e is not None for e in node.edges)} out edges to run")
+        self._line(3, f"\n{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}")
+        self._line(3, f"{{ Input: {self._inputs(grad)}}} ")
+        if isinstance(node, AccumulationNode):
+            return
+        self._line(3, f"\n{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}")
+        if self.level >= 4:
+            self._line(4, f"{api} API kernel key: [numpy, CPU, {grad.dtype}]")
+            ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
+            outs = [meta for meta in node.in_meta if meta is not None]
+            sig = ",\n".join(f"        backend: numpy,  dtype: {a.dtype},  shape: {list(a.shape)}" for a in ins)
+            osig = ",\n".join(f"        backend: numpy,  dtype: {d},  shape: {list(s)}" for s, d in outs)
+            attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
+            self._line(4, f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}')
+        self._line(7, "Run Backward Kernel")
+
+    def finish(self, grad: np.ndarray, outputs: tuple) -> None:
+        node, api = self.node, self.api
+        if not isinstance(node, AccumulationNode):
+            self._line(3, f"\n{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}")
+        outs = [f" ( grad_{slot} , {self._tensor(node.input_name(i) + '@Grad', g, node.edges[i])})"
+                for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
+        self._line(3, f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } ")
+        if self.level >= 5:
+            self._line(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **grad_stats(grad))
+            for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)):
+                if g is not None:
+                    self._line(5, "grad_stats", slot=f"grad_{slot}", tensor=node.input_name(i) + "@Grad",
+                               **grad_stats(g))
+        self._line(3, f"\n{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
+
+    def pending(self, nxt: GradNode, grad: np.ndarray, summed: bool, in_degree: int) -> None:
+        self._line(6, f"{self.node!r} Add grad_output_tensor to {nxt!r}: dtype={grad.dtype}, dims={list(grad.shape)}")
+        self._line(7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}")
+        self._line(4, f"{self.node!r} Found pending node: {nxt!r}", in_degree=in_degree)
+
+
+skip_frames_of(NodeLog._line)  # records point at the NodeLog method that wrote them

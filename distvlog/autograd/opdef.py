@@ -1,0 +1,61 @@
+"""An op is a small declarative definition: a name, its input slots, a forward and a backward on numpy
+arrays, and what the backward needs saved. `dispatch.apply` turns it into a recorded GradNode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class OpDef:
+    """`forward(*arrays, **attrs) -> out` or `-> (out, aux: dict)` when `aux` names are saved;
+    `backward(grad_out, *saved, **attrs) -> tuple of input gradients` (None where there is none).
+
+    `saves` names what backward receives after the gradient, in order: an input slot, `out`,
+    `<slot>.shape`, or a key of the forward's aux dict. Only inputs with a float dtype get gradients.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    forward: Callable[..., Any]
+    backward: Callable[..., tuple]
+    saves: tuple[str, ...] = ()
+    aux: tuple[str, ...] = ()  # names the forward returns besides its output
+    promote: bool = False  # float32 with float64 promotes to float64 through cast ops
+    differentiable: tuple[bool, ...] = field(default=())  # per input; default: all
+
+    def __post_init__(self) -> None:
+        if not self.differentiable:
+            object.__setattr__(self, "differentiable", (True,) * len(self.inputs))
+        known = set(self.inputs) | {"out"} | {f"{s}.shape" for s in self.inputs} | set(self.aux)
+        unknown = [s for s in self.saves if s not in known]
+        if unknown:
+            raise ValueError(f"op {self.name}: saves {unknown} are not inputs, out, <input>.shape or aux")
+        # How to fetch each saved item: ("in", index), ("shape", index), ("out", None) or ("aux", key).
+        plan = []
+        for s in self.saves:
+            if s in self.inputs:
+                plan.append(("in", self.inputs.index(s)))
+            elif s.endswith(".shape"):
+                plan.append(("shape", self.inputs.index(s[:-6])))
+            elif s == "out":
+                plan.append(("out", None))
+            else:
+                plan.append(("aux", s))
+        object.__setattr__(self, "save_plan", tuple(plan))
+
+    @property
+    def grad_name(self) -> str:
+        return f"{self.name}_grad"
+
+
+def op(name: str, inputs: str, forward: Callable[..., Any], backward: Callable[..., tuple], *,
+       saves: str = "", aux: str = "", promote: bool = False, differentiable: tuple[bool, ...] = ()) -> OpDef:
+    """Define an op: `op("multiply", "x y", np.multiply, lambda g, x, y: (g * y, g * x), saves="x y")`."""
+    return OpDef(name, tuple(inputs.split()), forward, backward, tuple(saves.split()), tuple(aux.split()),
+                 promote, differentiable)

@@ -1,0 +1,45 @@
+"""Elementwise arithmetic, unary math and matmul. Backward returns gradients in the broadcast shape;
+the engine sums them back to each input's shape and dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..opdef import op
+
+
+def _matmul_fwd(x, y, transpose_x=False, transpose_y=False):
+    return np.matmul(np.swapaxes(x, -1, -2) if transpose_x else x, np.swapaxes(y, -1, -2) if transpose_y else y)
+
+
+def _matmul_bwd(g, x, y, transpose_x=False, transpose_y=False):
+    if x.ndim == 1 and y.ndim == 1:
+        return g * y, g * x
+    vec_x, vec_y = x.ndim == 1, y.ndim == 1  # numpy's rules: a vector is a row on the left, a column on the right
+    x2, y2 = (x[None, :] if vec_x else x), (y[:, None] if vec_y else y)
+    g2 = np.expand_dims(g, -1) if vec_y else g
+    g2 = np.expand_dims(g2, -2) if vec_x else g2
+    a = np.swapaxes(x2, -1, -2) if transpose_x else x2
+    b = np.swapaxes(y2, -1, -2) if transpose_y else y2
+    gx = g2 @ np.swapaxes(b, -1, -2)
+    gy = np.swapaxes(a, -1, -2) @ g2
+    if transpose_x:
+        gx = np.swapaxes(gx, -1, -2)
+    if transpose_y:
+        gy = np.swapaxes(gy, -1, -2)
+    return (gx[..., 0, :] if vec_x else gx), (gy[..., :, 0] if vec_y else gy)
+
+
+ADD = op("add", "x y", np.add, lambda g: (g, g), promote=True)
+SUBTRACT = op("subtract", "x y", np.subtract, lambda g: (g, -g), promote=True)
+MULTIPLY = op("multiply", "x y", np.multiply, lambda g, x, y: (g * y, g * x), saves="x y", promote=True)
+DIVIDE = op("divide", "x y", np.divide, lambda g, x, y: (g / y, -g * x / (y * y)), saves="x y", promote=True)
+MATMUL = op("matmul", "x y", _matmul_fwd, _matmul_bwd, saves="x y", promote=True)
+NEG = op("neg", "x", np.negative, lambda g: (-g,))
+POW = op("pow", "x", lambda x, y: np.power(x, y), lambda g, x, y: (g * y * np.power(x, y - 1),), saves="x")
+EXP = op("exp", "x", np.exp, lambda g, out: (g * out,), saves="out")
+LOG = op("log", "x", np.log, lambda g, x: (g / x,), saves="x")
+SIN = op("sin", "x", np.sin, lambda g, x: (g * np.cos(x),), saves="x")
+COS = op("cos", "x", np.cos, lambda g, x: (-g * np.sin(x),), saves="x")
+TANH = op("tanh", "x", np.tanh, lambda g, out: (g * (1 - out * out),), saves="out")
+CAST = op("cast", "x", lambda x, dtype: x.astype(dtype), lambda g, dtype: (g,))

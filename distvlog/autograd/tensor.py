@@ -1,0 +1,213 @@
+"""Tensor: a numpy array plus what autograd needs (stop_gradient, grad, the node that produced it)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .guards import STATE
+from .node import AccumulationNode, GradNode, next_seq, tensor_name
+
+
+class HookHandle:
+    def __init__(self, hooks: list, hook: Callable) -> None:
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+class Tensor:
+    """A tensor as in Paddle's eager mode: `stop_gradient` is True unless you say otherwise."""
+
+    __slots__ = ("_data", "stop_gradient", "grad", "_node", "_accum", "_name", "_vlog_tag", "__weakref__")
+    __array_priority__ = 100  # numpy defers `ndarray + Tensor` to Tensor.__radd__
+
+    def __init__(self, data: np.ndarray, stop_gradient: bool = True, node: GradNode | None = None,
+                 name: str | None = None) -> None:
+        self._data = data
+        self.stop_gradient = stop_gradient
+        self.grad: Tensor | None = None
+        self._node = node
+        self._accum: AccumulationNode | None = None
+        self._name = name
+        self._vlog_tag = None
+
+    # -- identity ---------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        if self._name is not None:
+            return self._name
+        if self._node is not None:
+            return self._node.out_name
+        self._name = f"generated_tensor_{next_seq('generated_tensor') - 1}"
+        return self._name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self._data.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def size(self) -> int:
+        return self._data.size
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    @property
+    def grad_fn(self) -> GradNode | None:
+        return self._node
+
+    def numpy(self) -> np.ndarray:
+        return self._data
+
+    def item(self) -> Any:
+        return self._data.item()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __float__(self) -> float:
+        return float(self._data)
+
+    def __repr__(self) -> str:
+        body = np.array2string(np.asarray(self._data), separator=", ", prefix="       ")
+        return (f"Tensor(shape={self.shape}, dtype={self.dtype}, stop_gradient={self.stop_gradient},\n"
+                f"       {body})")
+
+    # -- autograd ---------------------------------------------------------------------------------
+    def _grad_node(self) -> GradNode:
+        """The node a gradient for this tensor flows into: its producer, or the leaf's accumulation."""
+        node = self._node
+        if node is None:
+            node = self._accum
+            if node is None:
+                node = self._accum = AccumulationNode(self)
+        return node
+
+    def backward(self, grad_tensor: Tensor | None = None, retain_graph: bool = False) -> None:
+        from .engine import backward
+
+        backward([self], None if grad_tensor is None else [grad_tensor], retain_graph)
+
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> HookHandle:
+        """Call `hook(grad)` when this tensor's gradient is complete; a returned tensor replaces it."""
+        if self.stop_gradient:
+            raise RuntimeError(f"cannot register a hook on {self.name}: it has stop_gradient=True")
+        node = self._grad_node()
+        if node.hooks is None:
+            node.hooks = []
+        node.hooks.append(hook)
+        return HookHandle(node.hooks, hook)
+
+    def detach(self) -> Tensor:
+        return Tensor(self._data)
+
+    def clear_gradient(self, set_to_zero: bool = True) -> None:
+        if self.grad is not None and set_to_zero:
+            self.grad._data = np.zeros_like(self.grad._data)
+        else:
+            self.grad = None
+
+    clear_grad = clear_gradient
+
+    def astype(self, dtype: Any) -> Tensor:
+        return ops.cast(self, dtype)
+
+    # -- operators and methods (the ops modules define them) -----------------------------------------
+    def __add__(self, other: Any) -> Tensor:
+        return ops.add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return ops.add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return ops.subtract(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return ops.subtract(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return ops.multiply(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return ops.multiply(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return ops.divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return ops.divide(other, self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return ops.matmul(other, self)
+
+    def __neg__(self) -> Tensor:
+        return ops.neg(self)
+
+    def __pow__(self, exponent: float) -> Tensor:
+        return ops.pow(self, exponent)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return ops.getitem(self, index)
+
+    def sum(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return ops.sum(self, axis, keepdim)
+
+    def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return ops.mean(self, axis, keepdim)
+
+    def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return ops.max(self, axis, keepdim)
+
+    def reshape(self, shape: Any) -> Tensor:
+        return ops.reshape(self, shape)
+
+    def transpose(self, perm: Any) -> Tensor:
+        return ops.transpose(self, perm)
+
+    def matmul(self, other: Any) -> Tensor:
+        return ops.matmul(self, other)
+
+    def exp(self) -> Tensor:
+        return ops.exp(self)
+
+    def log(self) -> Tensor:
+        return ops.log(self)
+
+    def sin(self) -> Tensor:
+        return ops.sin(self)
+
+    def cos(self) -> Tensor:
+        return ops.cos(self)
+
+    def tanh(self) -> Tensor:
+        return ops.tanh(self)
+
+
+def leaf(data: np.ndarray, stop_gradient: bool, api: str) -> Tensor:
+    """A tensor made by a creation API: named like Paddle and tagged by an open backward_vlog_guard."""
+    t = Tensor(data, stop_gradient, name=tensor_name(api, next_seq(api), data.dtype, data.shape))
+    t._vlog_tag = STATE.vlog_tag
+    return t
+
+
+from . import ops  # noqa: E402  (the ops modules build on Tensor)
