@@ -201,6 +201,8 @@ def _execute(task: GraphTask) -> None:
             if g is not None:
                 held = holders.get(nxt)
                 holders[nxt] = g if held is None else held + g
+                if type(nxt) is AccumulationNode:
+                    nxt.producer = node
                 if nlog is not None:
                     nlog.pending(nxt, g, summed=held is not None, in_degree=deps[nxt] - 1)
             deps[nxt] -= 1

@@ -98,13 +98,14 @@ ACCUMULATION = OpDef("accumulation", ("grad",), forward=lambda g: g, backward=la
 class AccumulationNode(GradNode):
     """GradNodeAccumulation: the end of every path, adding the gradient into a leaf tensor's `.grad`."""
 
-    __slots__ = ("leaf",)
+    __slots__ = ("leaf", "producer")
 
     def __init__(self, leaf: Tensor) -> None:
         data = leaf._data
         super().__init__(ACCUMULATION, 0, (), (), {}, ((data.shape, data.dtype),), data, leaf._vlog_tag,
                          None, None)
         self.leaf = weakref.ref(leaf)
+        self.producer: GradNode | None = None  # the node that last sent this leaf a gradient
 
     @property
     def name(self) -> str:
