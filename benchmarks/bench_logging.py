@@ -23,7 +23,7 @@ import timeit
 
 
 def bench_distvlog(path: str, n: int) -> float:
-    import distvlog.log as dlog
+    import distvlog.logger as dlog
 
     log = dlog.get_logger("bench")
     t0 = time.perf_counter()
@@ -84,7 +84,7 @@ def bench_raw(path: str, n: int) -> float:
 
 
 def disabled_vlog_ns(n: int = 1_000_000) -> tuple[float, float]:
-    import distvlog.log as dlog
+    import distvlog.logger as dlog
 
     log = dlog.get_logger("bench")
     empty = min(timeit.repeat("pass", number=n, repeat=5))
@@ -97,7 +97,7 @@ def disabled_vlog_ns(n: int = 1_000_000) -> tuple[float, float]:
 def peak_memory_mb(records: int) -> tuple[float, float]:
     """Peak RSS of a child that logs `records` records, at a tenth of them and at all of them."""
     code = (
-        "import sys, resource, distvlog.log as d\n"
+        "import sys, resource, distvlog.logger as d\n"
         "log = d.get_logger('mem'); n = int(sys.argv[1]); out = []\n"
         "for i in range(n):\n"
         "    log.info('train step', step=i, loss=0.25)\n"

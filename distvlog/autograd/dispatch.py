@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..log import _rules, get_logger
+from ..logger import _rules, get_logger
 from .guards import STATE
 from .node import GradNode, Site, next_seq
 from .opdef import OpDef

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..log import _rules, flush, get_logger
+from ..logger import _rules, flush, get_logger
 from .node import AccumulationNode, GradNode
 from .nodelog import NodeLog
 from .tensor import Tensor

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..log import IDENTITY, get_logger
+from ..logger import IDENTITY, get_logger
 from .node import AccumulationNode, GradNode
 
 _log = get_logger("distvlog.autograd.graphviz")

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..log import get_logger
-from ..log._processors import skip_frames_of
+from ..logger import get_logger
+from ..logger._processors import skip_frames_of
 from .node import AccumulationNode, GradNode
 
 _log = get_logger("distvlog.autograd.engine")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import _lifecycle
 from ._identity import IDENTITY
-from ._logger import Logger, add_processor, get_logger
+from ._logger import Logger, add_processor, bind_context, get_logger, unbind_context
 from ._rules import level_for, set_vlog_level, vlog_guard
 from ._sink import SINK
 from ._stdlib import capture_stdlib
@@ -30,5 +30,5 @@ def log_file_path():
     return SINK.path
 
 
-__all__ = ["IDENTITY", "Logger", "add_processor", "capture_stdlib", "configure", "flush", "get_logger",
+__all__ = ["IDENTITY", "Logger", "add_processor", "bind_context", "unbind_context", "capture_stdlib", "configure", "flush", "get_logger",
            "level_for", "log_file_path", "set_vlog_level", "vlog_guard"]

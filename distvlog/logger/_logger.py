@@ -11,13 +11,16 @@ import traceback
 from typing import Any, Callable
 
 import structlog
+import structlog.contextvars
 
 from . import _rules
 from ._processors import add_callsite, add_record_fields, skip_frames_of
 from ._sink import SINK
 
 Processor = Callable[[Any, str, dict], Any]
-PROCESSORS: list[Processor] = [add_callsite, add_record_fields, SINK.renderer]
+# merge_contextvars first: `bind_context(step=...)` reaches every record of this context, engine lines too.
+PROCESSORS: list[Processor] = [structlog.contextvars.merge_contextvars, add_callsite, add_record_fields,
+                               SINK.renderer]
 
 
 class _ModuleLogger:
@@ -98,6 +101,15 @@ def get_logger(name: str | None = None, **initial_values: Any) -> Logger:
     if logger is None:
         logger = _loggers[name] = Logger(_ModuleLogger(name), PROCESSORS, {})
     return logger.bind(**initial_values) if initial_values else logger
+
+
+def bind_context(**fields: Any) -> None:
+    """Add fields (e.g. `step=12`) to every record logged from this thread / async context on."""
+    structlog.contextvars.bind_contextvars(**fields)
+
+
+def unbind_context(*keys: str) -> None:
+    structlog.contextvars.unbind_contextvars(*keys)
 
 
 def add_processor(processor: Processor) -> None:
