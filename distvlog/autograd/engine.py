@@ -10,8 +10,9 @@ to its dtype there, so no op has to. Gradient arrays are values: nothing here mo
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from .tensor import Tensor
 
 _log = get_logger("distvlog.autograd.engine")
 _passes = itertools.count(1)
+_running = threading.local()  # the GraphTasks this thread is executing, innermost last (hooks may nest)
 
 
 class BackwardError(RuntimeError):
@@ -37,7 +39,7 @@ class GraphTask:
     """The state of one backward pass."""
 
     __slots__ = ("dependencies", "holders", "retain_graph", "accumulate", "captured", "level", "pass_id",
-                 "nodes_run", "captures")
+                 "nodes_run", "captures", "callbacks")
 
     def __init__(self, roots: dict[GradNode, np.ndarray], retain_graph: bool,
                  captured: dict[GradNode, np.ndarray | None] | None = None) -> None:
@@ -50,6 +52,7 @@ class GraphTask:
         self.pass_id = next(_passes)
         self.nodes_run = 0
         self.captures: set = set()
+        self.callbacks: list[Callable[[], None]] = []
 
 
 def _dependencies(roots: list[GradNode], targets: set[GradNode] | None) -> dict[GradNode, int]:
@@ -169,7 +172,32 @@ def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None) 
         nlog.finish(grad, ())
 
 
+def queue_callback(callback: Callable[[], None]) -> None:
+    """Run `callback()` once the backward pass running in this thread has run all its nodes, before it
+    returns (PyTorch's `queue_callback`: DataParallel waits for its last allreduce there)."""
+    tasks = getattr(_running, "tasks", None)
+    if not tasks:
+        raise RuntimeError("queue_callback: no backward pass is running in this thread")
+    tasks[-1].callbacks.append(callback)
+
+
 def _execute(task: GraphTask) -> None:
+    tasks = _running.__dict__.setdefault("tasks", [])
+    tasks.append(task)
+    try:
+        _run_graph(task)
+        for callback in task.callbacks:
+            callback()
+    finally:
+        tasks.pop()
+    if task.level >= 3:
+        _log.vlog_at(3, "backward end", nodes_run=task.nodes_run, **{"pass": task.pass_id})
+    for capture in task.captures:
+        capture.finish()
+    flush()
+
+
+def _run_graph(task: GraphTask) -> None:
     deps, holders, captured = task.dependencies, task.holders, task.captured
     ready = deque(node for node in holders if deps.get(node) == 0)
     if task.level >= 3:
@@ -208,11 +236,6 @@ def _execute(task: GraphTask) -> None:
             deps[nxt] -= 1
             if deps[nxt] == 0:
                 ready.append(nxt)
-    if task.level >= 3:
-        _log.vlog_at(3, "backward end", nodes_run=task.nodes_run, **{"pass": task.pass_id})
-    for capture in task.captures:
-        capture.finish()
-    flush()
 
 
 def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None] | None) -> dict:
