@@ -120,11 +120,12 @@ class NodeLog:
                 for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
         self._line(3, f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } ")
         if self.level >= 5:
-            self._line(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **grad_stats(grad))
+            site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
+            self._line(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **site, **grad_stats(grad))
             for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)):
                 if g is not None:
                     self._line(5, "grad_stats", slot=f"grad_{slot}", tensor=node.input_name(i) + "@Grad",
-                               **grad_stats(g))
+                               **site, **grad_stats(g))
         self._line(3, f"\n{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
 
     def pending(self, nxt: GradNode, grad: np.ndarray, summed: bool, in_degree: int) -> None:
