@@ -6,11 +6,12 @@ backward guards, the per-rank logger and, under MPI, data parallelism.
 
 from numpy import float16, float32, float64, int32, int64  # noqa: F401  (dtype names as in paddle)
 
-from . import nn
+from . import nn, optim
 from .autograd import *  # noqa: F401,F403
 from .autograd import __all__ as _autograd_all
 from .logger import capture_stdlib, configure, flush, get_logger, set_vlog_level, vlog_guard
 
 __version__ = "0.1.0"
-__all__ = [*_autograd_all, "capture_stdlib", "configure", "flush", "get_logger", "nn", "set_vlog_level",
-           "vlog_guard"]
+__all__ = [*_autograd_all, "capture_stdlib", "configure", "flush", "get_logger", "nn", "optim", "optimizer",
+           "set_vlog_level", "vlog_guard"]
+optimizer = optim  # paddle.optimizer

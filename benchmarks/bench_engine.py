@@ -1,0 +1,167 @@
+"""Training-step speed: distvlog vs. PyTorch eager on the CPU, side by side in one run.
+
+MLP 784-128-10 (Linear, ReLU, Linear), softmax cross-entropy, SGD, float32, batch 1, 32 and 128, one thread
+each: this script sets OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS=1 before numpy or torch is
+imported and calls torch.set_num_threads(1). Both models start from the same weights and see the same data.
+
+- train step: clear gradients, forward, loss, backward, optimizer step. Gradients are dropped, not zeroed:
+  `opt.clear_grad(set_to_zero=False)` in distvlog, `opt.zero_grad()` (set_to_none) in PyTorch.
+- fwd+bwd: forward, loss, backward with gradients accumulating, no optimizer.
+- per-op: `a + b` on 2-element tensors, `a` requiring grad, so the graph is recorded.
+
+Rounds are interleaved (distvlog, torch, distvlog, ...) and each figure is the median over all timed steps
+of all rounds, because these machines are noisy. PyTorch is only a baseline; without it (it is not a
+dependency) the script prints distvlog's own figures. Install it beside distvlog in a separate venv:
+`python3 -m venv /tmp/venv-bench && /tmp/venv-bench/bin/pip install torch==2.13.0 numpy structlog orjson mpi4py`.
+
+    python benchmarks/bench_engine.py [--rounds 7] [--steps 300] [--batches 1 32 128]
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"  # before numpy / torch load their BLAS
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import distvlog as dv  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+IN, HIDDEN, OUT, LR = 784, 128, 10, 0.01
+
+
+def dv_setup(weights: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], object]]:
+    model = dv.nn.Sequential(dv.nn.Linear(IN, HIDDEN), dv.nn.ReLU(), dv.nn.Linear(HIDDEN, OUT))
+    model.set_state_dict(dict(zip(["0.weight", "0.bias", "2.weight", "2.bias"], weights)))
+    opt = dv.optim.SGD(learning_rate=LR, parameters=model.parameters())
+    xt, yt = dv.to_tensor(x), dv.to_tensor(y)
+    cross_entropy = dv.nn.functional.cross_entropy
+
+    def train() -> None:
+        opt.clear_grad(set_to_zero=False)
+        cross_entropy(model(xt), yt).backward()
+        opt.step()
+
+    def fwd_bwd() -> None:
+        cross_entropy(model(xt), yt).backward()
+
+    a, b = dv.randn([2]), dv.randn([2])
+    a.stop_gradient = False
+    return {"train": train, "fwd_bwd": fwd_bwd, "op": lambda: a + b}
+
+
+def torch_setup(weights: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], object]]:
+    model = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT))
+    with torch.no_grad():  # PyTorch stores Linear weights as [out, in]
+        for param, w in zip(model.parameters(), weights):
+            param.copy_(torch.from_numpy(w.T.copy() if w.ndim == 2 else w))
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    cross_entropy = torch.nn.functional.cross_entropy
+
+    def train() -> None:
+        opt.zero_grad()
+        cross_entropy(model(xt), yt).backward()
+        opt.step()
+
+    def fwd_bwd() -> None:
+        cross_entropy(model(xt), yt).backward()
+
+    a, b = torch.randn(2, requires_grad=True), torch.randn(2)
+    return {"train": train, "fwd_bwd": fwd_bwd, "op": lambda: a + b}
+
+
+def time_steps(fn: Callable[[], object], steps: int) -> list[float]:
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def time_op(fn: Callable[[], object], calls: int) -> list[float]:
+    """Seconds per call, from batches of calls (one call is too short to time alone)."""
+    out = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t0) / calls)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=300, help="timed steps per round and contender")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 128])
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    dv.seed(0)
+    weights = [p.numpy().copy() for p in dv.nn.Sequential(dv.nn.Linear(IN, HIDDEN), dv.nn.Linear(HIDDEN, OUT)).parameters()]
+    frameworks = {"distvlog": dv_setup}
+    if torch is not None:
+        torch.set_num_threads(1)
+        frameworks["torch"] = torch_setup
+    print(f"distvlog {dv.__version__} on numpy {np.__version__}; "
+          + (f"torch {torch.__version__}" if torch else "torch not installed: distvlog's figures only")
+          + "; one thread each (OMP/OPENBLAS/MKL_NUM_THREADS=1, torch.set_num_threads(1))")
+    print(f"MLP {IN}-{HIDDEN}-{OUT}, float32, SGD lr={LR}; median of {args.rounds} interleaved rounds x "
+          f"{args.steps} steps\n")
+
+    cases = {}  # (batch, mode) -> framework -> step functions
+    for batch in args.batches:
+        x = rng.standard_normal((batch, IN)).astype(np.float32)
+        y = rng.integers(0, OUT, batch).astype(np.int64)
+        setups = {name: setup(weights, x, y) for name, setup in frameworks.items()}
+        for mode in ("train", "fwd_bwd"):
+            cases[batch, mode] = {name: s[mode] for name, s in setups.items()}
+    op_fns = {name: setup(weights, np.zeros((1, IN), np.float32), np.zeros(1, np.int64))["op"]
+              for name, setup in frameworks.items()}
+
+    samples: dict[tuple, list[float]] = {}
+    for fns in cases.values():  # warm up: caches, allocator, lazy imports
+        for fn in fns.values():
+            time_steps(fn, 20)
+    for _ in range(args.rounds):
+        for key, fns in cases.items():
+            for name, fn in fns.items():
+                samples.setdefault((*key, name), []).extend(time_steps(fn, args.steps))
+        for name, fn in op_fns.items():
+            samples.setdefault(("op", name), []).extend(time_op(fn, 500))
+
+    med = {key: statistics.median(v) * 1e6 for key, v in samples.items()}
+    has_torch = "torch" in frameworks
+    header = f"{'what':<22}{'distvlog µs':>12}" + (f"{'torch µs':>12}{'ratio':>8}" if has_torch else "")
+    print(header)
+    print("-" * len(header))
+    rows = [(f"{'train step' if mode == 'train' else 'fwd+bwd'} batch {batch}", (batch, mode))
+            for mode in ("train", "fwd_bwd") for batch in args.batches]
+    rows.append(("per-op a + b", ("op",)))
+    for label, key in rows:
+        line = f"{label:<22}{med[(*key, 'distvlog')]:>12.1f}"
+        if has_torch:
+            line += f"{med[(*key, 'torch')]:>12.1f}{med[(*key, 'distvlog')] / med[(*key, 'torch')]:>8.2f}"
+        print(line)
+    if has_torch:
+        print("\nratio = distvlog / torch (below 1.0: distvlog is faster). Done at <= 1.0 for every train step; "
+              "goal <= 0.8 at batch 1.")
+
+
+if __name__ == "__main__":
+    main()

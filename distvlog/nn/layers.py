@@ -1,0 +1,93 @@
+"""The layers an MLP is built from (Paddle's names and weight layout)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+from ..autograd.tensor import Tensor
+from . import functional as F
+from .initializer import Initializer
+from .layer import Layer
+
+
+class Linear(Layer):
+    """y = x @ weight + bias with weight of shape [in_features, out_features], as in Paddle (PyTorch stores
+    the transpose). `weight_attr` / `bias_attr` take an initializer; `bias_attr=False` drops the bias."""
+
+    def __init__(self, in_features: int, out_features: int, weight_attr: Initializer | None = None,
+                 bias_attr: Initializer | bool | None = None, name: str | None = None) -> None:
+        super().__init__(name)
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = self.create_parameter([in_features, out_features], default_initializer=weight_attr)
+        self.bias = (None if bias_attr is False else
+                     self.create_parameter([out_features], is_bias=True,
+                                           default_initializer=None if bias_attr is True else bias_attr))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, dtype={self._dtype}"
+
+
+class Sequential(Layer):
+    """Runs its layers in order; `Sequential(a, b)` names them "0", "1", `Sequential(("fc", a), ...)` or an
+    OrderedDict uses the given names."""
+
+    def __init__(self, *layers: Any) -> None:
+        super().__init__()
+        if len(layers) == 1 and isinstance(layers[0], OrderedDict):
+            layers = tuple(layers[0].items())
+        for i, item in enumerate(layers):
+            name, layer = item if isinstance(item, tuple) else (str(i), item)
+            if not isinstance(layer, Layer):
+                raise TypeError(f"Sequential: item {i} is a {type(layer).__name__}, not a Layer")
+            setattr(self, name, layer)
+
+    def forward(self, x: Any) -> Any:
+        for layer in self._sub_layers.values():
+            x = layer(x)
+        return x
+
+    def __getitem__(self, index: int) -> Layer:
+        return list(self._sub_layers.values())[index]
+
+    def __len__(self) -> int:
+        return len(self._sub_layers)
+
+    def __iter__(self) -> Iterator[Layer]:
+        return iter(self._sub_layers.values())
+
+
+class ReLU(Layer):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(x)
+
+
+class Tanh(Layer):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.tanh(x)
+
+
+class Sigmoid(Layer):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.sigmoid(x)
+
+
+class Dropout(Layer):
+    """Zeroes each element with probability `p` while training and scales the rest by 1 / (1 - p)
+    (Paddle's upscale_in_train); the identity in eval mode."""
+
+    def __init__(self, p: float = 0.5, name: str | None = None) -> None:
+        super().__init__(name)
+        if not 0 <= p < 1:
+            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, training=self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
