@@ -1,0 +1,71 @@
+"""Data-parallel training on MPI: `init`/`finalize`, rank queries, `DataParallel`.
+
+`init()` is the explicit, collective start: MPI, one run id for all ranks, clock offsets to rank 0 in
+every file header. Without it everything still works lazily (rank from the launcher, run id agreed
+through the environment), only without clock offsets: a lazy start must never wait for other ranks.
+"""
+
+from __future__ import annotations
+
+from ..logger import IDENTITY, SINK, configure, get_logger
+from ..logger._rundir import default_run_id
+from . import clock, comm
+from .parallel import DataParallel, DataParallelError
+
+_log = get_logger("distvlog.dist")
+_state = {"initialized": False, "finalized": False}
+
+
+def init(*, log_dir: str | None = None, format: str | None = None, run_id: str | None = None) -> None:
+    """Collective (call on every rank, before logging): start MPI, give all ranks rank 0's run id and
+    measure each rank's clock offset to rank 0. Calling it again does nothing."""
+    if _state["initialized"]:
+        return
+    world = comm.world()
+    private = comm.private("session")
+    if SINK.path is None:
+        configure(format=format, log_dir=log_dir)
+    mine = run_id or SINK.run_id or default_run_id(world.size)
+    shared = private.bcast(mine if world.rank == 0 else None, root=0)
+    if SINK.path is None:
+        configure(run_id=shared)
+    elif SINK.run_id != shared:
+        _log.warning(f"this rank already logs to run {SINK.run_id}, rank 0 to run {shared}: call "
+                     "distvlog.init() before the first log record")
+    offset, uncertainty = clock.record(private, "clock_start")
+    _log.info("dist init", world_size=world.size, run_id=shared, clock_offset_us=round(offset, 1),
+              clock_uncertainty_us=round(uncertainty, 1))
+    _state["initialized"] = True
+
+
+def finalize(*, gather: bool = False) -> None:
+    """Collective: measure clock offsets again (so `merge` can correct drift), flush, and with
+    `gather=True` copy every rank's log files into rank 0's run directory over MPI."""
+    if _state["finalized"]:
+        return
+    init()
+    private = comm.private("session")
+    clock.record(private, "clock_end")
+    if gather:
+        from .gather import gather as gather_files
+
+        gather_files(private)
+    SINK.flush()
+    _state["finalized"] = True
+
+
+def is_initialized() -> bool:
+    return _state["initialized"]
+
+
+def get_rank() -> int:
+    """This process's rank: MPI's once MPI is up, else the launcher's environment (no MPI call)."""
+    return IDENTITY.rank
+
+
+def get_world_size() -> int:
+    return IDENTITY.world_size
+
+
+__all__ = ["DataParallel", "DataParallelError", "finalize", "get_rank", "get_world_size", "init",
+           "is_initialized"]

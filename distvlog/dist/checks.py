@@ -1,0 +1,132 @@
+"""DataParallel's consistency checks: ranks compare notes on a private communicator before a collective,
+so a disagreement becomes an error on every rank that names ranks and parameters, instead of a hang or
+silently wrong gradients.
+
+Every check is itself collective and cheap when all is well (one small allgather); the expensive
+details (parameter lists, producing nodes) are exchanged only once something disagrees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..autograd import Tensor
+from .comm import ranks_text
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from .buckets import Bucket
+
+MAX_LISTED = 6  # differences named in one error message
+
+
+class DataParallelError(RuntimeError):
+    """Ranks disagree (model layout, step, collective, gradient values or parameters); raised on every rank."""
+
+
+def _groups(values: list[Any]) -> list[tuple[Any, list[int]]]:
+    """Ranks grouped by value, the largest group first (ties: the group with the lowest rank)."""
+    groups: dict[Any, list[int]] = defaultdict(list)
+    for rank, value in enumerate(values):
+        groups[value].append(rank)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+
+
+def _spread(what: str, values: list[Any]) -> str:
+    """`step 4 on ranks 0,2,3, step 3 on rank 1`."""
+    return ", ".join(f"{what} {value} on {ranks_text(ranks)}" for value, ranks in _groups(values))
+
+
+def _have(ranks: list[int]) -> str:
+    return "has" if len(ranks) == 1 else "have"
+
+
+def _layout_text(layouts: list[tuple]) -> str:
+    groups = _groups(layouts)
+    reference, ref_ranks = groups[0]
+    parts = []
+    for layout, ranks in groups[1:]:
+        if len(layout) != len(reference):
+            parts.append(f"{ranks_text(ranks)} {_have(ranks)} {len(layout)} parameters, {ranks_text(ref_ranks)} "
+                         f"{_have(ref_ranks)} {len(reference)}")
+        diffs = []
+        for i in range(max(len(layout), len(reference))):
+            mine = layout[i] if i < len(layout) else None
+            ref = reference[i] if i < len(reference) else None
+            if mine is None or ref is None:
+                present, where = (mine or ref), (ranks if mine else ref_ranks)
+                diffs.append(f"{present[0]} only on {ranks_text(where)}")
+            elif mine[1:] != ref[1:]:
+                diffs.append(f"{ref[0]}: {list(ref[1])} {ref[2]} on {ranks_text(ref_ranks)}, "
+                             f"{list(mine[1])} {mine[2]} on {ranks_text(ranks)}")
+        parts.extend(diffs[:MAX_LISTED] + ([f"... {len(diffs) - MAX_LISTED} more"] if len(diffs) > MAX_LISTED else []))
+    return "; ".join(parts)
+
+
+def nonfinite_text(bucket: Bucket, flat: np.ndarray, step: int, rank: int) -> str | None:
+    """What is not finite in a packed bucket, by parameter and producing GradNode (None when all is)."""
+    if np.isfinite(flat).all():
+        return None
+    found = []
+    for i, param in enumerate(bucket.params):
+        grad = bucket.slot(flat, i)
+        n_nan, n_inf = int(np.isnan(grad).sum()), int(np.isinf(grad).sum())
+        if n_nan or n_inf:
+            producer = param._grad_node().producer  # the AccumulationNode remembers who sent the gradient
+            origin = (f"produced by {producer.name} (forward at {producer.site})" if producer is not None
+                      else "no GradNode produced it this step")
+            found.append(f"gradient of {param.name} has {n_nan} NaN and {n_inf} Inf, {origin}")
+    return f"rank {rank} step {step}: " + "; ".join(found)
+
+
+class Checks:
+    """The checks of one DataParallel, on its private communicator."""
+
+    def __init__(self, comm: MPI.Intracomm, params: list[Tensor]) -> None:
+        self.comm = comm
+        self.params = params
+        self.layout = tuple((p.name, tuple(p.shape), str(p.dtype)) for p in params)
+        self._fingerprint = hashlib.blake2b(repr([entry[1:] for entry in self.layout]).encode(),
+                                            digest_size=8).hexdigest()
+
+    def before(self, collective: str, step: int, bad: str | None = None) -> None:
+        """Collective: all ranks must be about to run the same collective of the same step with the same
+        parameter count, shapes and dtypes, and none may bring a non-finite gradient (`bad`)."""
+        notes = self.comm.allgather((self._fingerprint, step, collective, bad is not None))
+        if all(note == notes[0] for note in notes) and not notes[0][3]:
+            return
+        details = self.comm.allgather((self.layout, bad))
+        problems = []
+        if len({note[0] for note in notes}) > 1:
+            problems.append("parameters differ: " + _layout_text([d[0] for d in details]))
+        if len({note[1] for note in notes}) > 1:
+            problems.append(_spread("step", [note[1] for note in notes]))
+        if len({note[2] for note in notes}) > 1:
+            problems.append(_spread("at", [note[2] for note in notes]))
+        problems.extend(d[1] for d in details if d[1])
+        when = f" of step {step}" if step >= 0 else ""
+        raise DataParallelError(f"DataParallel check before {collective}{when} failed on rank {self.comm.rank}: "
+                                + " | ".join(problems))
+
+    def parameters(self, step: int) -> str:
+        """Collective: a digest of all parameters, which must be bit-identical on every rank."""
+        digests = [hashlib.blake2b(np.ascontiguousarray(p.numpy()).tobytes(), digest_size=8).hexdigest()
+                   for p in self.params]
+        everyone = self.comm.allgather(digests)
+        differing = []
+        for i, name in enumerate(entry[0] for entry in self.layout):
+            groups = _groups([d[i] if i < len(d) else None for d in everyone])
+            if len(groups) > 1:
+                differing.append(f"{name} differs on {ranks_text(r for _, rs in groups[1:] for r in rs)} "
+                                 f"({ranks_text(groups[0][1])} agree)")
+        if differing:
+            listed = differing[:MAX_LISTED] + ([f"... {len(differing) - MAX_LISTED} more"]
+                                               if len(differing) > MAX_LISTED else [])
+            raise DataParallelError(f"parameters are not identical across replicas at step {step}: "
+                                    + "; ".join(listed))
+        return hashlib.blake2b("".join(digests).encode(), digest_size=16).hexdigest()

@@ -1,0 +1,109 @@
+"""Bring every rank's log files into rank 0's run directory over MPI, for clusters whose ranks log to
+node-local disks.
+
+Rank 0 serves one rank at a time (so nobody floods it with unexpected messages): the rank sends a
+manifest of its files, rank 0 answers which ones it lacks, then the rank streams those in fixed-size
+chunks, so neither side ever holds a whole file in memory. A file rank 0 already sees with the same
+header (a shared filesystem) is not copied.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..logger import IDENTITY, SINK, get_logger
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+CHUNK_BYTES = 1 << 20
+HEAD_BYTES = 1024  # the header: host, pid and creation time tell two files apart
+_GO, _MANIFEST, _WANTED, _DATA = 21, 22, 23, 24
+_log = get_logger("distvlog.dist.gather")
+
+
+def _own_files() -> list[Path]:
+    if SINK.path is None:
+        return []
+    return sorted(SINK.path.parent.glob(f"rank-{IDENTITY.rank}.*"))  # with files of forked children
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(HEAD_BYTES)
+
+
+def _receive_file(comm: MPI.Intracomm, peer: int, target: Path, size: int) -> None:
+    from mpi4py import MPI
+
+    buf, status = bytearray(CHUNK_BYTES), MPI.Status()
+    with open(target, "xb") as out:
+        left = size
+        while left > 0:
+            comm.Recv([buf, MPI.BYTE], source=peer, tag=_DATA, status=status)
+            n = status.Get_count(MPI.BYTE)
+            out.write(memoryview(buf)[:n])
+            left -= n
+
+
+def _send_file(comm: MPI.Intracomm, path: Path, size: int) -> None:
+    from mpi4py import MPI
+
+    with open(path, "rb") as f:
+        left = size
+        while left > 0:
+            chunk = f.read(min(CHUNK_BYTES, left))
+            if not chunk:  # truncated under us: pad so rank 0 still receives `size` bytes
+                chunk = b"\n" * min(CHUNK_BYTES, left)
+            comm.Send([chunk, MPI.BYTE], dest=0, tag=_DATA)
+            left -= len(chunk)
+
+
+def _wanted(run_dir: Path, manifest: list[tuple[str, int, bytes]]) -> list[bool]:
+    """Rank 0's answer per file: copy it unless this directory already has it (a shared filesystem)."""
+    answers = []
+    for name, _size, head in manifest:
+        target = run_dir / name
+        if target.exists():
+            if _head(target)[:len(head)] != head:
+                _log.warning(f"gather: {target} exists but is not the file of the same name sent by another "
+                             "rank; kept the existing one")
+            answers.append(False)
+        else:
+            answers.append(True)
+    return answers
+
+
+def gather(comm: MPI.Intracomm) -> tuple[int, int]:
+    """Collective: copy every rank's files into rank 0's run directory; rank 0 gets (files, bytes) copied."""
+    SINK.flush()
+    if comm.rank != 0:
+        go = comm.irecv(source=0, tag=_GO)
+        while not go.Test():
+            time.sleep(0.001)
+        go.wait()
+        files = _own_files()
+        manifest = [(p.name, p.stat().st_size, _head(p)) for p in files]
+        comm.send(manifest, dest=0, tag=_MANIFEST)
+        for path, (_name, size, _h), wanted in zip(files, manifest, comm.recv(source=0, tag=_WANTED)):
+            if wanted:
+                _send_file(comm, path, size)
+        return 0, 0
+    if SINK.path is None:
+        _log.info("gather: this rank has no log file yet")  # opens it, so the run directory exists
+    run_dir = SINK.path.parent
+    copied = nbytes = 0
+    for peer in range(1, comm.size):
+        comm.send(True, dest=peer, tag=_GO)
+        manifest = comm.recv(source=peer, tag=_MANIFEST)
+        answers = _wanted(run_dir, manifest)
+        comm.send(answers, dest=peer, tag=_WANTED)
+        for (name, size, _head_bytes), wanted in zip(manifest, answers):
+            if wanted:
+                _receive_file(comm, peer, run_dir / name, size)
+                copied, nbytes = copied + 1, nbytes + size
+    _log.info(f"gather: copied {copied} files ({nbytes} bytes) from other ranks into {run_dir}",
+              files=copied, bytes=nbytes)
+    return copied, nbytes

@@ -1,0 +1,200 @@
+"""`DataParallel`: Paddle's data-parallel wrapper on MPI, built to be debugged.
+
+At construction rank 0's parameters are broadcast. During backward a gradient hook on every parameter
+notes its gradient; when the backward pass is over (the engine's `queue_callback`) the buckets are
+averaged with one Allreduce each, in a fixed order, and the averages become the parameters' `.grad`, so
+`loss.backward(); opt.step()` needs nothing else. With `overlap=True` a bucket's Iallreduce starts from
+the hook that completes it, while backward goes on (buckets still start in index order on every rank).
+
+At verbosity >= 1 (module `parallel`) each bucket logs `allreduce begin step=S bucket=B bytes=N` and
+`allreduce end step=S bucket=B checksum=C`; at >= 2 every parameter's reduced gradient checksum. Steps
+are counted by training forward calls from 0 and bound to every record of the thread (`step=`).
+In debug mode (`debug=True` or DISTVLOG_DP_DEBUG=1) the ranks compare notes before each collective
+(`checks.Checks`) and every `check_every` steps compare parameter hashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .. import logger as dlog
+from ..autograd import Tensor, is_grad_enabled
+from ..autograd.engine import queue_callback
+from . import comm as comm_mod
+from .buckets import Bucket, make_buckets
+from .checks import Checks, DataParallelError, nonfinite_text
+
+_log = dlog.get_logger("distvlog.dist.parallel")
+MB = 1 << 20
+
+__all__ = ["DataParallel", "DataParallelError"]
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0", "false", "False")
+
+
+class _Reduction:
+    """The gradient reduction of one backward pass."""
+
+    def __init__(self, buckets: list[Bucket]) -> None:
+        self.flats: dict[int, np.ndarray] = {}
+        self.delivered: list[set[int]] = [set() for _ in buckets]
+        self.requests: dict[int, Any] = {}
+        self.launched = 0  # buckets start strictly in index order: the same collective order on every rank
+
+
+class DataParallel:
+    """Wrap a model (anything with `parameters()` that is called for its forward) for data parallelism.
+
+    `comm_buffer_size` is the bucket size in MB (Paddle's name and default). Collective: construct it on
+    every rank, with the same model.
+    """
+
+    def __init__(self, layers: Any, comm_buffer_size: float = 25, *, overlap: bool = False,
+                 debug: bool | None = None, check_every: int = 10) -> None:
+        self._layers = layers
+        self.params: list[Tensor] = [p for p in layers.parameters() if not p.stop_gradient]
+        self.overlap = overlap
+        self.debug = _env_flag("DISTVLOG_DP_DEBUG") if debug is None else debug
+        self.check_every = check_every
+        self.step = -1
+        self.comm = comm_mod.world().Dup()
+        self.world_size = self.comm.size
+        self._checks = Checks(self.comm.Dup(), self.params)
+        self.buckets = make_buckets(self.params, max(1, int(comm_buffer_size * MB)))
+        self._reduction: _Reduction | None = None
+        self._sync = True
+        self._checks.before("the initial broadcast", self.step)  # always: a mismatched model would hang the broadcast
+        self._broadcast()
+        for bucket in self.buckets:
+            for i, param in enumerate(bucket.params):
+                param.register_hook(self._hook(bucket, i))
+
+    # -- the wrapped model -------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's forward; a training forward (grad enabled) starts the next step."""
+        if is_grad_enabled():
+            self._abandon_reduction()
+            self.step += 1
+            dlog.bind_context(step=self.step)
+            if self.debug and self.step and self.step % self.check_every == 0:
+                self.check_parameters()
+        return self._layers(*args, **kwargs)
+
+    forward = __call__
+
+    def parameters(self) -> list[Tensor]:
+        return self._layers.parameters()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_layers":  # not set yet: construction failed
+            raise AttributeError(name)
+        return getattr(self._layers, name)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside keep their gradients local (gradient accumulation); the first backward
+        after it averages everything accumulated."""
+        self._sync = False
+        try:
+            yield
+        finally:
+            self._sync = True
+
+    def check_parameters(self) -> str:
+        """Collective: a digest of all parameters; raises DataParallelError naming the parameters and
+        ranks when the replicas are not bit-identical."""
+        if self.debug:
+            self._checks.before("parameter hash", self.step)
+        digest = self._checks.parameters(self.step)
+        _log.vlog(1, "parameters identical", digest=digest, params=len(self.params))
+        return digest
+
+    # -- broadcast and reduction -------------------------------------------------------------------
+    def _broadcast(self) -> None:
+        nbytes = sum(p.numpy().nbytes for p in self.params)
+        _log.vlog(1, "broadcast parameters begin", params=len(self.params), bytes=nbytes)
+        for param in self.params:
+            self.comm.Bcast(param.numpy(), root=0)
+        _log.vlog(1, "broadcast parameters end", params=len(self.params), buckets=len(self.buckets))
+
+    def _hook(self, bucket: Bucket, i: int) -> Callable[[Tensor], None]:
+        def on_gradient(grad: Tensor) -> None:
+            if not self._sync:
+                return
+            reduction = self._reduction
+            if reduction is None:
+                reduction = self._reduction = _Reduction(self.buckets)
+                queue_callback(self._finish)
+            if self.overlap:
+                self._deliver(reduction, bucket, i, grad.numpy())
+        return on_gradient
+
+    def _deliver(self, reduction: _Reduction, bucket: Bucket, i: int, grad: np.ndarray) -> None:
+        """Overlap mode: put the parameter's gradient as it will be after accumulation into its bucket,
+        and start every bucket that is complete and next in order."""
+        flat = reduction.flats.get(bucket.index)
+        if flat is None:
+            flat = reduction.flats[bucket.index] = np.zeros(bucket.size, bucket.dtype)
+        held = bucket.params[i].grad
+        bucket.slot(flat, i)[...] = grad if held is None else held.numpy() + grad
+        reduction.delivered[bucket.index].add(i)
+        while (reduction.launched < len(self.buckets) and len(reduction.delivered[reduction.launched])
+               == len(self.buckets[reduction.launched].params)):
+            self._launch(reduction, self.buckets[reduction.launched])
+
+    def _launch(self, reduction: _Reduction, bucket: Bucket) -> None:
+        from mpi4py import MPI
+
+        flat = reduction.flats.get(bucket.index)
+        if flat is None or len(reduction.delivered[bucket.index]) < len(bucket.params):
+            # not filled by hooks (overlap off, or parameters without a gradient): backward is over, so
+            # every `.grad` holds its accumulated value now
+            flat = reduction.flats[bucket.index] = bucket.pack()
+        if self.debug:
+            bad = nonfinite_text(bucket, flat, self.step, self.comm.rank)
+            self._checks.before(f"allreduce of bucket {bucket.index}", self.step, bad)
+        _log.vlog(1, "allreduce begin", step=self.step, bucket=bucket.index, bytes=bucket.nbytes)
+        if self.overlap:
+            reduction.requests[bucket.index] = self.comm.Iallreduce(MPI.IN_PLACE, flat, MPI.SUM)
+        else:
+            self.comm.Allreduce(MPI.IN_PLACE, flat, MPI.SUM)
+            self._complete(bucket, flat)
+        reduction.launched += 1
+
+    def _finish(self) -> None:
+        """End of backward: start the buckets not started yet, wait for the started ones."""
+        reduction = self._reduction
+        while reduction.launched < len(self.buckets):
+            self._launch(reduction, self.buckets[reduction.launched])
+        for index, request in reduction.requests.items():
+            request.Wait()
+            self._complete(self.buckets[index], reduction.flats[index])
+        self._reduction = None
+
+    def _complete(self, bucket: Bucket, flat: np.ndarray) -> None:
+        """Average a reduced bucket and hand it to the parameters' `.grad`."""
+        flat /= self.world_size
+        if _log.vlog_is_on(1):
+            _log.vlog(1, "allreduce end", step=self.step, bucket=bucket.index,
+                      checksum=f"{zlib.crc32(flat.tobytes()):08x}")
+            if _log.vlog_is_on(2):
+                for i, param in enumerate(bucket.params):
+                    _log.vlog(2, "allreduce param", step=self.step, bucket=bucket.index, param=param.name,
+                              checksum=f"{zlib.crc32(bucket.slot(flat, i).tobytes()):08x}")
+        bucket.unpack(flat)
+
+    def _abandon_reduction(self) -> None:
+        """A backward that raised left its reduction behind: let its started collectives finish (every
+        rank started them) and forget it."""
+        reduction, self._reduction = self._reduction, None
+        if reduction is not None:
+            for request in reduction.requests.values():
+                request.Wait()
