@@ -1,0 +1,87 @@
+"""A block: the whole records of one stretch of one input file, as columns over a buffer of glog text.
+
+Every block's text is in our glog form (`Lmmdd hh:mm:ss.uuuuuu tid file:line] [rank R] msg`, foreign and
+JSON-lines records rewritten into it), so the merge writes any block the same way.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _record
+from ._arena import Slot
+
+if TYPE_CHECKING:
+    from .reader import Source
+
+
+@dataclass
+class Counts:
+    """What became of a file's lines: records (per rank), header lines, and lines skipped, by reason."""
+
+    records: Counter = field(default_factory=Counter)
+    lines: int = 0  # lines inside those records
+    header: int = 0
+    skipped: Counter = field(default_factory=Counter)
+
+    def add(self, other: "Counts") -> None:
+        self.records.update(other.records)
+        self.lines += other.lines
+        self.header += other.header
+        self.skipped.update(other.skipped)
+
+
+@dataclass(eq=False)
+class Block:
+    source: "Source"
+    slot: Slot
+    start: np.ndarray  # record starts in slot.buffer, ascending (file order)
+    end: np.ndarray  # record ends (after the last '\n')
+    ts: np.ndarray  # epoch µs on rank 0's clock
+    rank: np.ndarray  # int64 per record
+    severity: np.ndarray  # ASCII letter per record (uint8)
+    objs: list[dict[str, Any]] | None = None  # JSON-lines input: the parsed objects
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def text(self, i: int) -> bytes:
+        """Record i as glog text (with the timestamp the merge writes)."""
+        return self.slot.buffer[self.start[i]:self.end[i]].tobytes()
+
+    def record(self, i: int) -> _record.Record:
+        ts, rank, path = int(self.ts[i]), int(self.rank[i]), self.source.path
+        if self.objs is not None:
+            return _record.from_json(self.objs[i], ts, rank, path)
+        return _record.from_glog(self.text(i), ts, rank, path)
+
+    def matching(self, pattern: re.Pattern[bytes]) -> np.ndarray:
+        """Indices of the records whose text the regex matches: one scan over the block, not one per record."""
+        if not len(self.start):
+            return np.zeros(0, np.int64)
+        base = int(self.start[0])
+        text = memoryview(self.slot.buffer[base:int(self.end[-1])])
+        starts, ends = (self.start - base).tolist(), (self.end - base).tolist()
+        hits, pos = [], 0
+        while pos < len(text) and (match := pattern.search(text, pos)) is not None:
+            r = bisect.bisect_right(starts, match.start()) - 1
+            if match.end() <= ends[r] or pattern.search(text, starts[r], ends[r]):  # inside record r
+                hits.append(r)
+            pos = ends[r]
+        return np.array(hits, np.int64)
+
+    def cuts(self) -> np.ndarray:
+        """Record boundaries interleaved (start0, end0, start1, ...): records as elements for a take."""
+        out = np.empty(2 * len(self.start), np.int64)
+        out[0::2] = self.start
+        out[1::2] = self.end
+        return out
+
+    def release(self) -> None:
+        self.slot.release()

@@ -1,0 +1,163 @@
+"""Vectorised scanning of glog text: line starts, record starts, severities and timestamps of a whole block.
+
+numpy over the block's bytes, never a Python loop per line: a record starts at a line that begins with
+`Lmmdd hh:mm:ss.uuuuuu ` (or glog 0.7's `Lyyyymmdd ...`, or c10d's `[Lmmdd ...`); every other line
+continues the record before it. The buffers carry `PAD` spare bytes so fixed-width windows never run off.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+PAD = 64
+WINDOW = 32
+_EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
+_DAY_US = 86_400_000_000
+_SEVERITIES = np.frombuffer(b"IWEF", np.uint8)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Where the timestamp sits: `lead` bytes before the severity letter, `year` digits after it."""
+
+    lead: int = 0
+    year: bool = False
+
+    @property
+    def digits_at(self) -> int:  # offset of mm (after the severity letter and the year)
+        return self.lead + 1 + (4 if self.year else 0)
+
+    @property
+    def prefix_len(self) -> int:  # up to and including the space after the microseconds
+        return self.digits_at + 21
+
+
+VARIANTS = (Variant(), Variant(year=True), Variant(lead=1), Variant(lead=1, year=True))
+OURS = VARIANTS[0]
+
+
+def line_starts(data: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+    """Starts of the complete lines of data[:n], and where the last complete line ends."""
+    nl = np.flatnonzero(data[:n] == 10)
+    if not len(nl):
+        return nl, 0
+    starts = np.empty(len(nl), np.int64)
+    starts[0] = 0
+    starts[1:] = nl[:-1] + 1
+    return starts, int(nl[-1]) + 1
+
+
+def windows(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The WINDOW bytes from each offset in `at`, one row each (data must have PAD spare bytes)."""
+    view = as_strided(data, shape=(len(data) - WINDOW + 1, WINDOW), strides=(1, 1), writeable=False)
+    return view[at]
+
+
+def _digits(rows: np.ndarray, cols: range) -> tuple[np.ndarray, bool]:
+    part = rows[:, cols.start:cols.stop].astype(np.int64) - 48
+    ok = ((part >= 0) & (part <= 9)).all(axis=1)
+    value = np.zeros(len(rows), np.int64)
+    for i in range(part.shape[1]):
+        value = value * 10 + part[:, i]
+    return value, ok
+
+
+@dataclass
+class Stamps:
+    """The parsed prefix of the lines that start records."""
+
+    severity: np.ndarray  # ASCII letters, uint8
+    year: np.ndarray | None
+    month: np.ndarray
+    day: np.ndarray
+    tod_us: np.ndarray  # microseconds since local midnight
+
+    def select(self, rows: np.ndarray) -> "Stamps":
+        return Stamps(self.severity[rows], None if self.year is None else self.year[rows], self.month[rows],
+                      self.day[rows], self.tod_us[rows])
+
+
+def parse_prefix(rows: np.ndarray, variant: Variant) -> tuple[np.ndarray, Stamps]:
+    """Which rows start a record (mask), and severity, date and time of day of every row."""
+    d = variant.digits_at
+    sev = rows[:, variant.lead]
+    ok = np.isin(sev, _SEVERITIES)
+    if variant.lead:
+        ok &= rows[:, 0] == ord("[")
+    year = None
+    if variant.year:
+        year, good = _digits(rows, range(d - 4, d))
+        ok &= good
+    month, good = _digits(rows, range(d, d + 2)); ok &= good & (month >= 1) & (month <= 12)
+    day, good = _digits(rows, range(d + 2, d + 4)); ok &= good & (day >= 1) & (day <= 31)
+    hour, good = _digits(rows, range(d + 5, d + 7)); ok &= good & (hour < 24)
+    minute, good = _digits(rows, range(d + 8, d + 10)); ok &= good & (minute < 60)
+    sec, good = _digits(rows, range(d + 11, d + 13)); ok &= good & (sec < 61)
+    micro, good = _digits(rows, range(d + 14, d + 20)); ok &= good
+    for col, char in ((d + 4, " "), (d + 7, ":"), (d + 10, ":"), (d + 13, "."), (d + 20, " ")):
+        ok &= rows[:, col] == ord(char)
+    tod = ((hour * 60 + minute) * 60 + sec) * 1_000_000 + micro
+    return ok, Stamps(sev, year, month, day, tod)
+
+
+def detect_variant(data: np.ndarray, starts: np.ndarray) -> Variant | None:
+    """The prefix layout most of these lines use, None when no line starts a glog record."""
+    rows = windows(data, starts[:2000])
+    counts = [int(parse_prefix(rows, v)[0].sum()) for v in VARIANTS]
+    best = max(range(len(VARIANTS)), key=lambda i: counts[i])
+    return VARIANTS[best] if counts[best] else None
+
+
+class Calendar:
+    """Dates to epoch days; for `mmdd` stamps also the year, which rolls over when the month goes back.
+
+    The month must drop by more than six (December → January) to count as a new year, so records from
+    two threads straddling a month end do not; a month more than six ahead is a straggler of last year.
+    """
+
+    def __init__(self, year: int | None, month: int = 0) -> None:
+        """`year` from the file's header; None: this year, or last year if the first month is still ahead."""
+        today = _dt.date.today()
+        self.year = today.year if year is None else year
+        self.guess_from = today.month if year is None else 0
+        self.month = month
+
+    def local_us(self, st: Stamps) -> np.ndarray:
+        """Local wall-clock microseconds since 1970 (no time zone applied yet)."""
+        if not len(st.month):
+            return np.zeros(0, np.int64)
+        key = st.month * 100 + st.day
+        if st.year is not None:
+            key = key + st.year * 10_000
+        cut = np.flatnonzero(key[1:] != key[:-1]) + 1
+        firsts = np.concatenate(([0], cut))
+        days = np.empty(len(firsts), np.int64)
+        for i, k in enumerate(key[firsts].tolist()):
+            year, month, day = k // 10_000, k // 100 % 100, k % 100
+            days[i] = self._ordinal(year if st.year is not None else self._year_of(month), month, day)
+        lengths = np.diff(np.concatenate((firsts, [len(key)])))
+        return np.repeat(days, lengths) * _DAY_US + st.tod_us
+
+    def _year_of(self, month: int) -> int:
+        if not self.month:
+            self.month = month
+            if self.guess_from and month > self.guess_from:
+                self.year -= 1
+        if month < self.month - 6:
+            self.year += 1
+        elif month > self.month + 6:
+            return self.year - 1
+        self.month = month
+        return self.year
+
+    @staticmethod
+    def _ordinal(year: int, month: int, day: int) -> int:
+        while True:
+            try:
+                return _dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL
+            except ValueError:  # 31 April and the like in a damaged line: the month's last day
+                day -= 1

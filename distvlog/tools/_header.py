@@ -1,0 +1,91 @@
+"""What a file's header tells the reader: the year, the distvlog metadata, and the clock offset to rank 0.
+
+Our files start with glog's header lines and a `distvlog-meta` record (see distvlog/logger/_render.py);
+foreign glog files may have glog's header lines (`Log file created at: yyyy/mm/dd ...`) or nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+META_EVENT = b"distvlog-meta"
+MERGED_MARK = "Merged by distvlog:"
+_CREATED = re.compile(rb"^Log file created at: (\d{4})/(\d\d)/(\d\d) ")
+_META = re.compile(rb" distvlog:0\] (?:\[rank \d+\] )?distvlog-meta (\{.*\})$")
+_HEADER_LINE = re.compile(rb"^(Log file created at: |Running on machine: |Running duration |Log line format: |"
+                          + MERGED_MARK.encode() + rb")")
+
+
+def is_header_line(line: bytes) -> bool:
+    """One of glog's (or our merged file's) header lines, which come before the first record."""
+    return _HEADER_LINE.match(line) is not None
+
+
+def created_year(lines: list[bytes]) -> int | None:
+    for line in lines:
+        match = _CREATED.match(line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def host_of(lines: list[bytes]) -> str | None:
+    for line in lines:
+        if line.startswith(b"Running on machine: "):
+            return line[20:].decode("utf-8", "replace").strip() or None
+    return None
+
+
+def meta_from_glog(record: bytes) -> dict[str, Any] | None:
+    """The metadata dict of a `distvlog-meta` glog record, None for any other record."""
+    match = _META.search(record.split(b"\n", 1)[0])
+    try:
+        meta = json.loads(match.group(1)) if match else None
+    except ValueError:
+        return None
+    return meta if isinstance(meta, dict) and "rank" in meta else None
+
+
+def meta_from_json(obj: dict[str, Any]) -> dict[str, Any] | None:
+    meta = obj.get("meta") if obj.get("event") == META_EVENT.decode() else None
+    return meta if isinstance(meta, dict) and "rank" in meta else None
+
+
+def _slot(text: Any) -> tuple[float, int] | None:
+    """(offset µs, measured at µs) from a clock slot "<offset> <uncertainty> <ts>", None when blank."""
+    parts = str(text or "").split()
+    try:
+        return (float(parts[0]), int(parts[2])) if len(parts) >= 3 else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class Clock:
+    """This rank's clock offset to rank 0, linear between the start and end measurements (clamped)."""
+
+    points: list[tuple[float, int]] = field(default_factory=list)
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any] | None) -> "Clock":
+        if not meta:
+            return cls()
+        return cls([p for p in (_slot(meta.get("clock_start")), _slot(meta.get("clock_end"))) if p])
+
+    def __bool__(self) -> bool:
+        return any(offset for offset, _ in self.points)
+
+    def correct(self, ts: np.ndarray) -> np.ndarray:
+        """Timestamps (epoch µs, this rank's clock) moved onto rank 0's clock."""
+        if not self:
+            return ts
+        if len(self.points) == 1 or self.points[0][1] == self.points[1][1]:
+            return ts + int(round(self.points[0][0]))
+        (o0, t0), (o1, t1) = self.points
+        frac = np.clip((ts - t0) / (t1 - t0), 0.0, 1.0)
+        return ts + np.rint(o0 + (o1 - o0) * frac).astype(np.int64)

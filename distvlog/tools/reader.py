@@ -1,0 +1,247 @@
+"""The one record reader behind `merge`, `trace` and `diff`.
+
+    sources = open_sources(["distvlog_logs"])          # a log root, run directory, files (.gz too)
+    for record in read_records(sources, where=re.compile(rb"grad_stats")):
+        record.rank, record.ts, record.fields["norm"]
+
+A `Source` is one input file: our per-rank files (glog text or JSON lines, with a header giving rank, host,
+year and clock offset to rank 0) or foreign glog files (C++ glog, absl-py, Paddle, c10d/NCCL), whose rank
+comes from `[rank R]` tags, `--rank-of FILE=R` or `[Rank N]` in the message. It yields `Block`s of whole
+records in file order; `ts` is epoch µs, on rank 0's clock unless clock correction is off. Every input line
+ends up in a record, the header, or `counts.skipped` with a reason.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import zlib
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .._errors import InputError
+from . import _header, _jsonlblock
+from ._arena import SLOT_BYTES, Slot, plain_alloc
+from ._block import Block, Counts
+from ._files import InputFile, open_input, parse_rank_of, rank_given, resolve_inputs
+from ._foreign import _NCCL_RANK
+from ._glogblock import GlogParser, RankRule
+from ._gather import restamp
+from ._glogscan import OURS, PAD, Calendar, detect_variant, line_starts
+from ._record import Record
+
+__all__ = ["Block", "Counts", "Record", "Source", "open_sources", "parse_rank_of", "read_records"]
+
+CHUNK = SLOT_BYTES - PAD
+_TAG = re.compile(rb"\] \[rank (\d+)\] ")
+Alloc = Callable[[int], Slot]
+
+
+class Source:
+    """One input file: what its header says (rank, host, clock, year) and its records, a block at a time."""
+
+    def __init__(self, file: InputFile, order: int, rank_of: dict[str, int], clock_correction: bool) -> None:
+        self.file, self.path, self.order = file, file.path, order
+        self.stream, self.size = open_input(file)
+        self._raw = getattr(self.stream, "fileobj", None) or self.stream
+        self.counts = Counts()
+        self.eof = self._done = False
+        self.meta: dict | None = None
+        self.host: str | None = None
+        self.utc_offset_s: int | None = None  # None until open_sources picks one for a foreign file
+        self.clock = _header.Clock()
+        self.display_offset_s: int | None = None  # set by merge: the time zone its output shows
+        self._started = False
+        first = np.empty(CHUNK + PAD, np.uint8)
+        n = self._fill(first, 0, CHUNK)
+        self._started = True
+        self._carry = first[:n]
+        self.kind = "jsonl" if first[:n].tobytes().lstrip()[:1] == b"{" else "glog"
+        self._rank_rule: RankRule | None = None
+        self._calendar: Calendar | None = None
+        self._parser: GlogParser | None = None
+        explicit = rank_given(rank_of, self.path)
+        (self._open_jsonl if self.kind == "jsonl" else self._open_glog)(first[:n + PAD], n, explicit)
+        if self.meta:
+            if explicit is not None and explicit != self.meta["rank"]:
+                raise InputError(f"{self.path}: its distvlog header says rank {self.meta['rank']}; "
+                                 f"--rank-of is for files without one")
+            self.host = self.meta.get("host") or self.host
+            self.utc_offset_s = int(self.meta.get("utc_offset_s") or 0)
+            if clock_correction:
+                self.clock = _header.Clock.from_meta(self.meta)
+
+    # -- opening: what the first chunk says ----------------------------------------------------------------
+    def _open_jsonl(self, data: np.ndarray, n: int, explicit: int | None) -> None:
+        import orjson
+
+        first_line = data[:n].tobytes().lstrip().split(b"\n", 1)[0]
+        try:
+            obj = orjson.loads(first_line)
+        except orjson.JSONDecodeError:
+            raise InputError(f"{self.path}: not a glog or JSON-lines log (the first line is not JSON)") from None
+        self.meta = _header.meta_from_json(obj) if isinstance(obj, dict) else None
+        rank = obj.get("rank") if isinstance(obj, dict) else None
+        self.rank = self.meta["rank"] if self.meta else explicit if explicit is not None else (
+            rank if isinstance(rank, int) else self.file.name_rank)
+        if self.rank is None:
+            raise InputError(f"{self.path}: cannot tell which rank wrote it; pass --rank-of {self.path}=R")
+
+    def _open_glog(self, data: np.ndarray, n: int, explicit: int | None) -> None:
+        starts, complete = line_starts(data, n)
+        if complete < n:  # the first chunk ends mid-line
+            starts = np.append(starts, complete)
+        variant = detect_variant(data, starts)
+        lines = [data[s:e].tobytes().rstrip(b"\r\n") for s, e in zip(starts[:8], np.append(starts[1:9], n))]
+        head = [line for line in lines if _header.is_header_line(line)]
+        if variant is None:
+            if len(head) == len(lines):  # a glog header and nothing logged yet
+                variant = OURS
+            else:
+                raise InputError(f"{self.path}: not a glog or JSON-lines log (no line starts a record)")
+        self.host = _header.host_of(head)
+        merged = any(line.startswith(_header.MERGED_MARK.encode()) for line in head)
+        first_record = next((line for line in lines if not _header.is_header_line(line)), b"")
+        self.meta = None if merged else _header.meta_from_glog(first_record)
+        year = _header.created_year(head)
+        if self.meta:
+            self.rank = int(self.meta["rank"])
+            created = str(self.meta.get("created", ""))
+            self._calendar = Calendar(int(created[:4]), int(created[5:7])) if created[:4].isdigit() else None
+        else:
+            text = data[:n].tobytes()
+            tag = _TAG.search(text) or _NCCL_RANK.search(text)
+            default = int(tag.group(1)) if tag else self.file.name_rank
+            self._rank_rule = RankRule(explicit, default)
+            self.rank = explicit if explicit is not None else default
+        if self._calendar is None:
+            self._calendar = Calendar(year)
+        self._variant = variant
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def _fill(self, view: np.ndarray, at: int, cap: int) -> int:
+        mv = memoryview(view)
+        while at < cap:
+            try:
+                got = self.stream.readinto(mv[at:cap])
+            except (OSError, EOFError, zlib.error) as exc:
+                if not self._started:
+                    raise InputError(f"{self.path}: cannot read ({exc})") from None
+                self.counts.skipped[f"unreadable rest of the file ({exc})"] += 1
+                got = 0
+            if not got:
+                self.eof = True
+                break
+            at += got
+        return at
+
+    def progress(self) -> int:
+        """Bytes of the file (on disk) read so far."""
+        try:
+            return self._raw.tell()
+        except (OSError, ValueError):
+            return self.size
+
+    def next_block(self, alloc: Alloc = plain_alloc) -> Block | None:
+        """The next records of this file (a block may be empty), None after the last."""
+        if self._done:
+            return None
+        carry = self._carry
+        size = max(CHUNK, 2 * len(carry))
+        slot = alloc(size + PAD)
+        cap = len(slot.view) - PAD
+        slot.view[:len(carry)] = carry
+        n = self._fill(slot.view, len(carry), cap)
+        try:
+            block = self._parse(slot, n, alloc)
+        except LookupError:
+            slot.release()
+            raise InputError(f"{self.path}: cannot tell which rank wrote some records (no distvlog header, "
+                             f"no [rank R] tag); pass --rank-of {self.path}=R") from None
+        if self.eof and not len(self._carry):
+            self._done = True
+            self.stream.close()
+        return block
+
+    def _parse(self, slot: Slot, n: int, alloc: Alloc) -> Block:
+        if self.kind == "jsonl":
+            parsed = _jsonlblock.parse(slot.view, n, self.eof, self.rank)
+            text, objs = np.frombuffer(parsed.text, np.uint8), parsed.objs
+        else:
+            parsed = self._glog_parser().parse(slot.view, n, self.eof)
+            text, objs = parsed.data, None
+        self._carry = slot.view[parsed.carry_from:n].copy()
+        self.counts.add(parsed.counts)
+        ts = parsed.ts if self.kind == "glog" else self.clock.correct(parsed.ts)
+        if text is not slot.view:  # rewritten records: into a slot of their own
+            slot.release()
+            slot = alloc(len(text) + PAD)
+            slot.view[:len(text)] = text
+        end = parsed.end if self.kind == "glog" else np.append(parsed.start[1:], len(text))
+        block = Block(self, slot, slot.base + parsed.start, slot.base + end, ts, parsed.rank, parsed.severity, objs)
+        display = self.display_offset_s if self.display_offset_s is not None else self.utc_offset_s
+        if self.kind == "jsonl" or self._parser.needs_restamp():
+            restamp(slot.view, parsed.start, ts + display * 1_000_000)
+        return block
+
+    def _glog_parser(self) -> GlogParser:
+        if self._parser is None:
+            self._parser = GlogParser(self._variant, self._calendar, self.utc_offset_s, self.clock,
+                                      self._rank_rule, self.rank if self.rank is not None else -1)
+            if self.display_offset_s is not None:
+                self._parser.display_offset_us = self.display_offset_s * 1_000_000
+        return self._parser
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def open_sources(paths: list[str], *, rank_of: dict[str, int] | None = None,
+                 clock_correction: bool = True) -> list[Source]:
+    """The input files named by PATH arguments, opened, in (rank, argument order).
+
+    Foreign files take the time zone of our files (they ran on the same cluster), else this machine's.
+    A forked child's file (rank-R.<pid>.log) takes its parent's clock offset.
+    """
+    rank_of = rank_of or {}
+    sources: list[Source] = []
+    try:
+        for order, file in enumerate(resolve_inputs(paths)):
+            sources.append(Source(file, order, rank_of, clock_correction))
+    except InputError:
+        for source in sources:
+            source.close()
+        raise
+    for key in rank_of:
+        if not any(rank_given({key: 0}, s.path) is not None for s in sources):
+            raise InputError(f"--rank-of {key}: not one of the input files")
+    ours = sorted((s for s in sources if s.meta), key=lambda s: s.rank)
+    zone = ours[0].utc_offset_s if ours else time.localtime().tm_gmtoff
+    by_path = {s.path.resolve(): s for s in sources}
+    for source in sources:
+        if source.utc_offset_s is None:
+            source.utc_offset_s = zone
+        parent = by_path.get(source.file.child_of.resolve()) if source.file.child_of else None
+        if parent is not None and parent.clock:
+            source.clock = parent.clock
+    sources.sort(key=lambda s: (s.rank if s.rank is not None else 1 << 62, s.order))
+    return sources
+
+
+def read_records(sources: list[Source], *, where: re.Pattern[bytes] | None = None,
+                 severities: str = "") -> Iterator[Record]:
+    """Every record, file by file, each file in its own order; or, cheaply, only those whose glog text
+    `where` matches or whose severity is one of `severities` (a regex scan over whole blocks)."""
+    wanted = np.frombuffer(severities.encode(), np.uint8)
+    for source in sources:
+        while (block := source.next_block()) is not None:
+            if where is None and not severities:
+                picked = range(len(block))
+            else:
+                hit = np.isin(block.severity, wanted)
+                if where is not None:
+                    hit[block.matching(where)] = True
+                picked = np.flatnonzero(hit).tolist()
+            for i in picked:
+                yield block.record(i)
