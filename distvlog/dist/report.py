@@ -1,0 +1,68 @@
+"""What `distvlog launch` says after the job: which rank failed and why (from the F record each rank's
+crash hook wrote, traceback included), the merged timeline, and where the files are."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from .._errors import InputError
+from ..tools.reader import Record, open_sources, read_records
+from .comm import ranks_text
+
+
+def _say(text: str) -> None:
+    print(f"distvlog launch: {text}", file=sys.stderr, flush=True)
+
+
+def fatal_records(run_dir: Path) -> dict[int, Record]:
+    """The first F record of each rank that logged one."""
+    first: dict[int, Record] = {}
+    for record in read_records(open_sources([str(run_dir)]), severities="F"):
+        first.setdefault(record.rank, record)
+    return first
+
+
+def failure_text(record: Record) -> str:
+    """`ValueError: boom (train.py:88)`: the last line of the traceback and where it was raised."""
+    lines = [line.strip() for line in record.event.splitlines() if line.strip()]
+    return f"{lines[-1] if lines else record.event} ({record.file}:{record.line})"
+
+
+def _merge(run_dir: Path) -> Path | None:
+    try:
+        merge = importlib.import_module("distvlog.tools.merge")
+    except ModuleNotFoundError:
+        _say("timeline not merged: this distvlog has no merge tool yet (distvlog.tools.merge)")
+        return None
+    target = run_dir / "timeline.log"
+    merge.merge_to_file([str(run_dir)], target)
+    return target
+
+
+def after_run(run_dir: Path, ranks: int, code: int) -> int:
+    """Report on a finished job; the exit code is the job's (1 if it exited 0 but a rank logged F)."""
+    files = sorted(run_dir.glob("rank-*")) if run_dir.is_dir() else []
+    if not files:
+        _say(f"no rank wrote a log file under {run_dir}")
+        return code or 1
+    try:
+        failed = fatal_records(run_dir)
+        timeline = _merge(run_dir)
+    except InputError as exc:
+        _say(f"cannot read the run's logs: {exc}")
+        return code or 1
+    for rank, record in sorted(failed.items()):
+        _say(f"rank {rank} failed: {failure_text(record)}")
+    if code and not failed:
+        _say(f"the job exited with code {code}; no rank logged an unhandled exception "
+             "(killed by a signal or by the launcher?)")
+    logged = {int(p.name.split(".")[0][5:]) for p in files if p.name.split(".")[0][5:].isdigit()}
+    missing = set(range(ranks)) - logged
+    if missing:
+        _say(f"{ranks_text(missing)} wrote no log file")
+    _say(f"logs: {run_dir}/ ({len(files)} rank files)")
+    if timeline is not None:
+        _say(f"timeline: {timeline}")
+    return code or (1 if failed else 0)
