@@ -1,0 +1,280 @@
+"""`distvlog diff PATH... [--json]`: where ranks diverged, from the per-rank logs alone.
+
+Reads the `grad_stats` records the backward engine writes at level >= 5 (one per gradient a node takes
+in or gives out) and DataParallel's `allreduce` records, aligns them across ranks by (step, node, slot)
+and reports, in order of usefulness:
+
+- the first NaN/Inf origin: the node whose incoming gradient was finite but an outgoing one was not
+  (rank, step, node, slot, forward file:line), earliest by step then clock-corrected time;
+- desync: ranks whose backward ran a different node sequence in a step than the other ranks;
+- collectives: allreduces whose result differs across ranks, or that some rank began and never finished;
+- outliers: a rank whose gradient norm is more than `--outlier-factor` times off the ranks' median.
+
+Exit 0 when clean, 1 when something is found, 2 on unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .._errors import InputError
+from ..dist.comm import ranks_text
+from .reader import Record, open_sources, read_records
+
+_WANTED = re.compile(rb"\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) |\"event\":\"(?:grad_stats|allreduce)")
+MAX_LISTED = 10
+
+
+@dataclass
+class Stat:
+    """One `grad_stats` record."""
+
+    rank: int
+    step: int
+    node: str
+    slot: str
+    site: str | None
+    norm: float
+    nan: int
+    inf: int
+    ts: int
+    run: int  # which run of the node on this rank (node name + pass)
+
+    @property
+    def finite(self) -> bool:
+        return not (self.nan or self.inf)
+
+
+@dataclass
+class Logs:
+    stats: dict[int, list[Stat]] = field(default_factory=lambda: defaultdict(list))  # per rank, in file order
+    begun: dict[tuple, set[int]] = field(default_factory=lambda: defaultdict(set))  # (step, bucket) -> ranks
+    ended: dict[tuple, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))  # -> rank: checksum
+    params: dict[tuple, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))  # (step, b, param)
+    ranks: set[int] = field(default_factory=set)
+    step_source: str = "step"
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) else default
+
+
+def load(paths: list[str]) -> Logs:
+    """The records `diff` needs, from every file PATH names."""
+    logs = Logs()
+    sources = open_sources(paths)
+    logs.ranks = {s.rank for s in sources if s.rank is not None}
+    runs: dict[tuple, int] = {}
+    for rec in read_records(sources, where=_WANTED):
+        f = rec.fields
+        if rec.event.startswith("grad_stats"):
+            if "step" not in f:
+                logs.step_source = "backward pass"
+            step = _int(f.get("step", f.get("pass")), -1)
+            run_key = (rec.rank, f.get("node"), f.get("pass"))
+            run = runs.setdefault(run_key, len(runs))
+            logs.stats[rec.rank].append(Stat(rec.rank, step, str(f.get("node")), str(f.get("slot")), f.get("site"),
+                                             _float(f.get("norm")), _int(f.get("nan")), _int(f.get("inf")), rec.ts, run))
+        elif "bucket" in f and "step" in f:
+            key = (_int(f["step"]), _int(f["bucket"]))
+            if rec.event.startswith("allreduce begin"):
+                logs.begun[key].add(rec.rank)
+            elif rec.event.startswith("allreduce end"):
+                logs.ended[key][rec.rank] = str(f.get("checksum"))
+            elif "param" in f:
+                logs.params[key + (str(f["param"]),)][rec.rank] = str(f.get("checksum"))
+    if not logs.stats and not logs.begun:
+        raise InputError(f"{' '.join(paths)}: no gradient statistics (grad_stats, written at verbosity 5: "
+                         "backward_vlog_guard(5) or DISTVLOG_V=5) and no allreduce records (DataParallel at v>=1)")
+    return logs
+
+
+def _float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+# -- the checks ----------------------------------------------------------------------------------------
+def nan_origins(logs: Logs) -> list[dict]:
+    """Per rank, the first logged node that turned finite gradients into NaN/Inf (or, when none did in the
+    logged region, the first non-finite gradient seen), earliest first."""
+    found = []
+    for rank, stats in logs.stats.items():
+        incoming: dict[int, bool] = {}  # run -> its grad_out was finite
+        first_bad = None
+        for s in stats:
+            if s.slot == "grad_out":
+                incoming[s.run] = s.finite
+            if s.finite:
+                continue
+            if s.slot != "grad_out" and incoming.get(s.run, False):
+                found.append(_origin(s, "origin"))
+                break
+            first_bad = first_bad or s
+        else:
+            if first_bad is not None:
+                found.append(_origin(first_bad, "first seen"))
+    return sorted(found, key=lambda o: (o["step"], o["ts"]))
+
+
+def _origin(s: Stat, kind: str) -> dict:
+    return {"kind": kind, "rank": s.rank, "step": s.step, "node": s.node, "slot": s.slot, "site": s.site,
+            "nan": s.nan, "inf": s.inf, "ts": s.ts}
+
+
+def _sequences(logs: Logs) -> dict[int, dict[int, list[str]]]:
+    """rank -> step -> the nodes it ran, in order."""
+    seqs: dict[int, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for rank, stats in logs.stats.items():
+        last_run = None
+        for s in stats:
+            if s.run != last_run:
+                seqs[rank][s.step].append(s.node)
+                last_run = s.run
+    return seqs
+
+
+def desync(logs: Logs) -> list[dict]:
+    """For each rank that ran a different backward than the majority: its first differing step."""
+    seqs = _sequences(logs)
+    steps = sorted({step for per_rank in seqs.values() for step in per_rank})
+    out: dict[int, dict] = {}
+    for step in steps:
+        ranks = sorted(seqs)
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for rank in ranks:
+            groups[tuple(seqs[rank].get(step, ()))].append(rank)
+        if len(groups) < 2:
+            continue
+        reference, ref_ranks = max(groups.items(), key=lambda kv: (len(kv[1]), -kv[1][0]))
+        for seq, members in groups.items():
+            if seq == reference:
+                continue
+            for rank in members:
+                if rank in out:
+                    out[rank]["steps"] += 1
+                    continue
+                at = next((i for i, (a, b) in enumerate(zip(seq, reference)) if a != b), min(len(seq), len(reference)))
+                out[rank] = {"rank": rank, "step": step, "position": at, "ran": seq[at] if at < len(seq) else None,
+                             "others_ran": reference[at] if at < len(reference) else None,
+                             "nodes": len(seq), "others_nodes": len(reference), "others": ref_ranks, "steps": 1}
+    return sorted(out.values(), key=lambda d: (d["step"], d["rank"]))
+
+
+def collectives(logs: Logs) -> list[dict]:
+    """Allreduces whose results differ across ranks, or that some rank began and never finished."""
+    out = []
+    for key in sorted(set(logs.begun) | set(logs.ended)):
+        step, bucket = key
+        begun, ended = logs.begun.get(key, set()), logs.ended.get(key, {})
+        unfinished = sorted((begun | logs.ranks) - set(ended)) if ended or begun else []
+        if begun and unfinished:
+            out.append({"kind": "unfinished", "step": step, "bucket": bucket, "began": sorted(begun),
+                        "not_begun": sorted(logs.ranks - begun), "not_finished": unfinished})
+        values = defaultdict(list)
+        for rank, checksum in ended.items():
+            values[checksum].append(rank)
+        if len(values) > 1:
+            params = sorted(p for (s, b, p), per_rank in logs.params.items()
+                            if (s, b) == key and len(set(per_rank.values())) > 1)
+            out.append({"kind": "mismatch", "step": step, "bucket": bucket,
+                        "checksums": {c: sorted(r) for c, r in values.items()}, "params": params})
+    return out
+
+
+def outliers(logs: Logs, factor: float) -> list[dict]:
+    """Gradients (aligned by step, node, slot, run) whose norm is `factor` times off the ranks' median."""
+    aligned: dict[tuple, dict[int, Stat]] = defaultdict(dict)
+    for rank, stats in logs.stats.items():
+        seen: dict[tuple, int] = defaultdict(int)
+        for s in stats:
+            key = (s.step, s.node, s.slot)
+            aligned[key + (seen[key],)][rank] = s
+            seen[key] += 1
+    out = []
+    for (step, node, slot, _), per_rank in aligned.items():
+        norms = {r: s.norm for r, s in per_rank.items() if s.finite and not math.isnan(s.norm)}
+        if len(norms) < 3:
+            continue
+        median = statistics.median(norms.values())
+        for rank, norm in norms.items():
+            ratio = (norm / median if median else math.inf) if norm >= median else (median / norm if norm else math.inf)
+            if ratio > factor and max(norm, median) > 1e-30:
+                out.append({"rank": rank, "step": step, "node": node, "slot": slot, "norm": norm, "median": median,
+                            "ratio": ratio, "site": per_rank[rank].site})
+    return sorted(out, key=lambda o: (o["step"], -o["ratio"]))
+
+
+# -- the report ----------------------------------------------------------------------------------------
+def analyse(logs: Logs, factor: float) -> dict:
+    origins = nan_origins(logs)
+    report = {"ranks": sorted(logs.ranks), "steps_from": logs.step_source,
+              "grad_stats": sum(len(s) for s in logs.stats.values()), "allreduces": len(logs.ended),
+              "nan_origin": origins[0] if origins else None, "nan_origins": origins, "desync": desync(logs),
+              "collectives": collectives(logs), "outliers": outliers(logs, factor)}
+    report["clean"] = not (origins or report["desync"] or report["collectives"] or report["outliers"])
+    return report
+
+
+def _where(d: dict) -> str:
+    return f" (forward at {d['site']})" if d.get("site") else ""
+
+
+def _limited(lines: list[str]) -> list[str]:
+    return lines[:MAX_LISTED] + ([f"  ... {len(lines) - MAX_LISTED} more"] if len(lines) > MAX_LISTED else [])
+
+
+def render_text(r: dict) -> str:
+    lines = [f"{len(r['ranks'])} ranks, {r['grad_stats']} gradient statistics, {r['allreduces']} allreduces "
+             f"(steps from {r['steps_from']})"]
+    for i, o in enumerate(r["nan_origins"][:MAX_LISTED]):
+        note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer was not logged)"
+        lines.append(f"{'' if i == 0 else '  then '}NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} "
+                     f"{o['slot']}{_where(o)}: {o['nan']} NaN, {o['inf']} Inf{note}")
+    for d in r["desync"]:
+        what = (f"ran {d['ran']} where {ranks_text(d['others'])} ran {d['others_ran']}" if d["ran"] and d["others_ran"]
+                else f"ran {d['nodes']} nodes where {ranks_text(d['others'])} ran {d['others_nodes']}")
+        lines.append(f"desync: rank {d['rank']} step {d['step']} node #{d['position']}: {what}"
+                     f" ({d['steps']} step{'s' if d['steps'] > 1 else ''} differ)")
+    for c in r["collectives"]:
+        if c["kind"] == "unfinished":
+            lines.append(f"allreduce step {c['step']} bucket {c['bucket']}: begun by {ranks_text(c['began'])}, "
+                         f"never finished by {ranks_text(c['not_finished'])}")
+        else:
+            groups = sorted(c["checksums"].values(), key=len, reverse=True)
+            params = f" (parameters {', '.join(c['params'])})" if c["params"] else ""
+            lines.append(f"allreduce step {c['step']} bucket {c['bucket']}: result differs on "
+                         f"{ranks_text(r for g in groups[1:] for r in g)} from {ranks_text(groups[0])}{params}")
+    lines += _limited([f"outlier: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: norm "
+                       f"{o['norm']:.4g}, median over ranks {o['median']:.4g}" for o in r["outliers"]])
+    if r["clean"]:
+        lines.append("no divergence found")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.outlier_factor <= 1:
+        raise InputError(f"--outlier-factor {args.outlier_factor}: must be greater than 1")
+    report = analyse(load(args.paths), args.outlier_factor)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=1) + "\n")
+    else:
+        sys.stdout.write(render_text(report))
+    return 0 if report["clean"] else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("diff", help="where ranks diverged: NaN origins, desync, allreduce mismatches",
+                              description=__doc__.split("\n\n")[1])
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, a log root (its latest run) or files")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--outlier-factor", type=float, default=10.0,
+                   help="flag a rank whose gradient norm is this many times off the median (default 10)")
+    p.set_defaults(run=run)
