@@ -1,0 +1,58 @@
+"""Helpers for tests that run real MPI ranks: the launcher `distvlog launch` would use, with a timeout
+against hangs (never a limit on how fast anything must be)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distvlog.dist.launch import find_launcher, launcher_kind, mpi_command
+
+REPO = Path(__file__).resolve().parents[2]
+JOBS = Path(__file__).with_name("mpi_jobs.py")
+HANG_TIMEOUT_S = 240
+
+
+def _env(tmp_path: Path, extra: dict[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
+    env.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp_path / "logs"), **(extra or {}))
+    return env
+
+
+@pytest.fixture
+def run_mpi(tmp_path: Path):
+    """run_mpi(n, mode, *args, env={}) runs tests/dist/mpi_jobs.py MODE on n ranks."""
+    launcher = find_launcher(None)
+    kind = launcher_kind(launcher)
+
+    def run(n: int, mode: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        cmd = mpi_command(launcher, kind, n, {}, None) + [sys.executable, str(JOBS), mode, *args]
+        return subprocess.run(cmd, env=_env(tmp_path, env), cwd=tmp_path, capture_output=True, text=True,
+                              timeout=HANG_TIMEOUT_S)
+    return run
+
+
+@pytest.fixture
+def rank_results(tmp_path: Path):
+    """What each rank of the last mpi_jobs.py run wrote: {rank: fields}."""
+    def read(proc: subprocess.CompletedProcess) -> dict[int, dict]:
+        found = {int(p.stem[5:]): json.loads(p.read_text()) for p in (tmp_path / "results").glob("rank-*.json")}
+        assert "crash" not in str(found), proc.stdout + proc.stderr
+        for p in (tmp_path / "results").glob("rank-*.json"):
+            p.unlink()
+        return found
+    return read
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path):
+    """run_cli(*args, env={}) runs `python -m distvlog ARGS` in tmp_path."""
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "distvlog", *args], env=_env(tmp_path, env), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    return run

@@ -1,0 +1,140 @@
+"""Jobs the MPI tests run on real ranks: `mpirun -n N python mpi_jobs.py MODE [args]`.
+
+Each rank writes what it has to say to `results/rank-R.json` in the working directory (ranks share one
+stdout, where long lines interleave); errors are caught and written the same way, so a test can check
+what every rank said instead of the job hanging or dying.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+
+import distvlog as dv
+import distvlog.nn.functional as F
+
+
+def say(**fields) -> None:
+    os.makedirs("results", exist_ok=True)
+    with open(f"results/rank-{dv.get_rank()}.json", "w") as f:
+        json.dump(fields, f)
+
+
+class Params:
+    """A model made of plain tensors: shapes may differ per rank (to provoke mismatches)."""
+
+    def __init__(self, shapes: list[tuple[int, ...]], seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.ps = []
+        for i, shape in enumerate(shapes):
+            t = dv.to_tensor(rng.standard_normal(shape).astype("float32"))
+            t.stop_gradient, t.name = False, f"p{i}"
+            self.ps.append(t)
+
+    def parameters(self):
+        return self.ps
+
+    def __call__(self, x):
+        return dv.tanh(x @ self.ps[0]) @ self.ps[1]
+
+
+def train(model: dv.DataParallel, steps: int, nan_at: tuple[int, int] | None = None) -> None:
+    rng = np.random.default_rng(100 + dv.get_rank())
+    opt = dv.optim.SGD(learning_rate=0.1, parameters=model.parameters())
+    for step in range(steps):
+        x = rng.standard_normal((6, 8)).astype("float32")
+        if nan_at == (dv.get_rank(), step):
+            x[0, 0] = np.nan
+        loss = F.mse_loss(model(dv.to_tensor(x)), dv.to_tensor(np.zeros((6, 4), "float32")))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+
+
+def mode_identical(overlap: str, bucket_bytes: str) -> None:
+    """Train; report the digest and the raw parameters' hash so the test compares ranks itself."""
+    dv.init()
+    model = dv.DataParallel(Params([(8, 16), (16, 4)], seed=dv.get_rank()), overlap=overlap == "overlap",
+                            comm_buffer_size=int(bucket_bytes) / 2**20)
+    train(model, 5)
+    params = b"".join(p.numpy().tobytes() for p in model.parameters())
+    say(digest=model.check_parameters(), buckets=len(model.buckets), params=hashlib.sha256(params).hexdigest())
+    dv.finalize()
+
+
+def mode_mismatch(kind: str) -> None:
+    """Rank 1 builds a different model (`shape`) or skips a step (`step`); debug mode must say so on
+    every rank instead of hanging."""
+    dv.init()
+    shapes = [(8, 16), (16, 4)]
+    if kind == "shape" and dv.get_rank() == 1:
+        shapes = [(8, 12), (12, 4)]
+    try:
+        model = dv.DataParallel(Params(shapes, seed=0), debug=True)
+        if kind == "step" and dv.get_rank() == 1:
+            model.step += 1  # as if this rank had run one more forward
+        train(model, 2)
+        say(error=None)
+    except dv.dist.DataParallelError as exc:
+        say(error=str(exc))
+
+
+def mode_nan() -> None:
+    """Debug mode: rank 1 feeds a NaN at step 2; every rank must get an error naming rank, step,
+    parameter and the GradNode that produced it."""
+    dv.init()
+    model = dv.DataParallel(Params([(8, 16), (16, 4)], seed=0), debug=True)
+    try:
+        train(model, 4, nan_at=(1, 2))
+        say(error=None)
+    except dv.dist.DataParallelError as exc:
+        say(error=str(exc), step=model.step)
+
+
+def mode_hash() -> None:
+    """Rank 2 changes one parameter behind DataParallel's back; the hash check must name it and the rank."""
+    dv.init()
+    model = dv.DataParallel(Params([(8, 16), (16, 4)], seed=0))
+    train(model, 2)
+    if dv.get_rank() == 2:
+        model.parameters()[1].numpy()[0, 0] += 1.0
+    try:
+        say(digest=model.check_parameters())
+    except dv.dist.DataParallelError as exc:
+        say(error=str(exc))
+
+
+def mode_gather(layout: str, records: str) -> None:
+    """Log, then finalize(gather=True); `local`: every rank has its own log root, as on node-local disks."""
+    base = os.environ["DISTVLOG_LOG_DIR"]
+    dv.init(log_dir=f"{base}/node{dv.get_rank()}" if layout == "local" else base)
+    log = dv.get_logger("job")
+    for i in range(int(records)):
+        log.info("filler record to make the file span several chunks", i=i, payload="x" * 40)
+    log.info("last record before gather")
+    dv.finalize(gather=True)
+    from distvlog.logger import SINK
+
+    say(path=str(SINK.path))
+
+
+def mode_clock(rounds: str) -> None:
+    """The measured offset to rank 0 and its uncertainty, as written into the header."""
+    from distvlog.dist import clock, comm
+
+    offset, uncertainty = clock.measure(comm.private("test"), int(rounds))
+    say(offset=offset, uncertainty=uncertainty)
+
+
+if __name__ == "__main__":
+    mode, *args = sys.argv[1:]
+    try:
+        globals()[f"mode_{mode}"](*args)
+    except Exception:
+        say(crash=traceback.format_exc())
+        raise

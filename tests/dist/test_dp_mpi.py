@@ -1,0 +1,58 @@
+"""DataParallel on real MPI ranks: identical replicas, debug checks that fail loudly instead of hanging."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("n,overlap,bucket_bytes", [(2, "sync", "64"), (4, "overlap", "256"), (4, "sync", "100000")])
+def test_replicas_stay_bit_identical(run_mpi, rank_results, n, overlap, bucket_bytes):
+    proc = run_mpi(n, "identical", overlap, bucket_bytes)
+    assert proc.returncode == 0, proc.stderr
+    got = rank_results(proc)
+    assert sorted(got) == list(range(n))
+    assert len({r["params"] for r in got.values()}) == 1  # the raw bytes, compared by the test itself
+    assert len({r["digest"] for r in got.values()}) == 1
+    assert got[0]["buckets"] == (1 if bucket_bytes == "100000" else 2)
+
+
+def test_overlap_and_bucket_size_do_not_change_the_result(run_mpi, rank_results):
+    runs = [rank_results(run_mpi(2, "identical", overlap, size))[0]["params"]
+            for overlap, size in (("sync", "64"), ("overlap", "64"), ("sync", "100000"))]
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_shape_mismatch_is_an_error_on_every_rank(run_mpi, rank_results):
+    proc = run_mpi(4, "mismatch", "shape")
+    got = rank_results(proc)
+    assert sorted(got) == [0, 1, 2, 3]
+    for r in got.values():
+        assert "before the initial broadcast" in r["error"]
+        assert "p0: [8, 16] float32 on ranks 0,2,3, [8, 12] float32 on rank 1" in r["error"]
+
+
+def test_step_mismatch_is_an_error_on_every_rank(run_mpi, rank_results):
+    got = rank_results(run_mpi(2, "mismatch", "step"))
+    assert sorted(got) == [0, 1]
+    for r in got.values():
+        assert "step 0 on rank 0, step 1 on rank 1" in r["error"]
+
+
+def test_nan_gradient_names_rank_step_parameter_and_node(run_mpi, rank_results):
+    got = rank_results(run_mpi(4, "nan"))
+    assert sorted(got) == [0, 1, 2, 3]
+    for r in got.values():
+        assert r["step"] == 2
+        assert re.search(r"rank 1 step 2: gradient of p1 has \d+ NaN and 0 Inf, produced by matmul\d+GradNode "
+                         r"\(forward at mpi_jobs.py:\d+\)", r["error"]), r["error"]
+
+
+def test_parameter_hash_names_the_diverged_parameter_and_rank(run_mpi, rank_results):
+    got = rank_results(run_mpi(4, "hash"))
+    for r in got.values():
+        assert "p1 differs on rank 2 (ranks 0,1,3 agree)" in r["error"]
+        assert "p0" not in r["error"]

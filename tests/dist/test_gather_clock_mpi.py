@@ -1,0 +1,45 @@
+"""finalize(gather=True) and the ping-pong clock offsets, on real MPI ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distvlog.dist.gather import CHUNK_BYTES
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_gather_brings_node_local_files_to_rank_0(run_mpi, rank_results, n):
+    proc = run_mpi(n, "gather", "local", "15000")
+    assert proc.returncode == 0, proc.stderr
+    got = rank_results(proc)
+    run_dir = Path(got[0]["path"]).parent
+    for rank in range(1, n):
+        original = Path(got[rank]["path"])
+        assert original.parent != run_dir and original.parent.name == run_dir.name  # own root, same run id
+        assert original.stat().st_size > CHUNK_BYTES  # so the file travelled in several chunks
+        assert (run_dir / original.name).read_bytes() == original.read_bytes()
+    assert f"gather: copied {n - 1} files" in (run_dir / "rank-0.log").read_text()
+
+
+def test_gather_on_a_shared_filesystem_copies_nothing(run_mpi, rank_results):
+    proc = run_mpi(2, "gather", "shared", "10")
+    got = rank_results(proc)
+    run_dir = Path(got[0]["path"]).parent
+    assert Path(got[1]["path"]).parent == run_dir
+    assert sorted(p.name for p in run_dir.iterdir()) == ["rank-0.log", "rank-1.log"]
+    assert "gather: copied 0 files" in (run_dir / "rank-0.log").read_text()
+
+
+def test_ping_pong_measures_a_simulated_skew(run_mpi, rank_results):
+    skew = 50_000
+    got = rank_results(run_mpi(4, "clock", "12", env={"DISTVLOG_SIMULATE_CLOCK_SKEW_US": str(skew)}))
+    assert got[0] == {"offset": 0.0, "uncertainty": 0.0}
+    for rank in (1, 2, 3):
+        offset, uncertainty = got[rank]["offset"], got[rank]["uncertainty"]
+        # same machine, so the true offset is exactly -rank * skew; the estimate is within its uncertainty
+        assert abs(offset + rank * skew) <= uncertainty + 1, got[rank]
+        assert uncertainty < 5_000, got[rank]
