@@ -9,6 +9,7 @@ import time
 from types import CodeType
 from typing import Any
 
+from ._clock import SKEW_PER_RANK_US
 from ._identity import IDENTITY
 
 SEVERITY = {"info": "I", "vlog": "I", "warning": "W", "error": "E", "critical": "F"}
@@ -56,7 +57,7 @@ def add_callsite(_logger: object, _method: str, ed: dict[str, Any]) -> dict[str,
 def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[str, Any]:
     """Timestamp (µs since the epoch), severity, rank, world size and native thread id."""
     if "ts" not in ed:
-        ed["ts"] = time.time_ns() // 1000
+        ed["ts"] = time.time_ns() // 1000 + IDENTITY.rank * SKEW_PER_RANK_US  # _clock.now_us(), inlined
     if "event" not in ed:
         ed["event"] = ""
     ed["severity"] = SEVERITY[method]

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ._clock import now_us
+
 FORMAT_VERSION = 1
 # Fields the glog prefix carries; every other field (v included) follows the message as k=v.
 CORE_FIELDS = frozenset({"event", "ts", "severity", "rank", "world_size", "tid", "file", "line"})
@@ -123,7 +125,7 @@ def _meta_record(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_meta(*, rank: int, world_size: int, host: str, pid: int, tid: int, run_id: str, fmt: str) -> dict[str, Any]:
-    created_us = time.time_ns() // 1000
+    created_us = now_us()
     local = time.localtime(created_us // 1_000_000)
     return {
         "distvlog": FORMAT_VERSION,
