@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from distvlog.dist.gather import CHUNK_BYTES
 
@@ -43,3 +47,32 @@ def test_ping_pong_measures_a_simulated_skew(run_mpi, rank_results):
         # same machine, so the true offset is exactly -rank * skew; the estimate is within its uncertainty
         assert abs(offset + rank * skew) <= uncertainty + 1, got[rank]
         assert uncertainty < 5_000, got[rank]
+
+
+def _allreduce_windows(jsonl: str) -> dict[tuple, tuple[int, int]]:
+    """(step, bucket) -> (latest 'allreduce begin' of any rank, earliest 'allreduce end' of any rank)."""
+    begins, ends = defaultdict(list), defaultdict(list)
+    for line in jsonl.splitlines():
+        record = json.loads(line)
+        if record.get("event") in ("allreduce begin", "allreduce end"):
+            side = begins if record["event"] == "allreduce begin" else ends
+            side[(record["step"], record["bucket"])].append(record["ts"])
+    assert begins and begins.keys() == ends.keys()
+    assert all(len(ts) == 4 for ts in [*begins.values(), *ends.values()])
+    return {key: (max(begins[key]), min(ends[key])) for key in begins}
+
+
+def test_merged_timeline_is_causal_only_with_clock_correction(run_cli):
+    skew = 50_000
+    proc = run_cli("launch", "-n", "4", str(REPO / "launch" / "train.py"), "--steps", "4",
+                   env={"DISTVLOG_SIMULATE_CLOCK_SKEW_US": str(skew)})
+    assert proc.returncode == 0, proc.stderr
+    run_dir = re.search(r"distvlog launch: logs: (\S+)/ \(", proc.stderr).group(1)
+    merged = {}
+    for flags in ([], ["--no-clock-correction"]):
+        out = run_cli("merge", run_dir, "--format", "jsonl", *flags)
+        assert out.returncode == 0, out.stderr
+        merged[bool(flags)] = _allreduce_windows(out.stdout)
+    for last_begin, first_end in merged[False].values():
+        assert last_begin <= first_end + 2_000  # every rank began before any rank finished
+    assert all(last_begin > first_end + 2_000 for last_begin, first_end in merged[True].values())
