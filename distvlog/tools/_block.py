@@ -47,6 +47,7 @@ class Block:
     rank: np.ndarray  # int64 per record
     severity: np.ndarray  # ASCII letter per record (uint8)
     objs: list[dict[str, Any]] | None = None  # JSON-lines input: the parsed objects
+    _cuts: np.ndarray | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -62,26 +63,28 @@ class Block:
         return _record.from_glog(self.text(i), ts, rank, path)
 
     def matching(self, pattern: re.Pattern[bytes]) -> np.ndarray:
-        """Indices of the records whose text the regex matches: one scan over the block, not one per record."""
+        """Which records' text the regex matches (bool mask): one scan over the block, not one per record."""
+        out = np.zeros(len(self.start), bool)
         if not len(self.start):
-            return np.zeros(0, np.int64)
+            return out
         base = int(self.start[0])
         text = memoryview(self.slot.buffer[base:int(self.end[-1])])
         starts, ends = (self.start - base).tolist(), (self.end - base).tolist()
-        hits, pos = [], 0
+        pos = 0
         while pos < len(text) and (match := pattern.search(text, pos)) is not None:
             r = bisect.bisect_right(starts, match.start()) - 1
             if match.end() <= ends[r] or pattern.search(text, starts[r], ends[r]):  # inside record r
-                hits.append(r)
+                out[r] = True
             pos = ends[r]
-        return np.array(hits, np.int64)
+        return out
 
     def cuts(self) -> np.ndarray:
         """Record boundaries interleaved (start0, end0, start1, ...): records as elements for a take."""
-        out = np.empty(2 * len(self.start), np.int64)
-        out[0::2] = self.start
-        out[1::2] = self.end
-        return out
+        if self._cuts is None:
+            self._cuts = np.empty(2 * len(self.start), np.int64)
+            self._cuts[0::2] = self.start
+            self._cuts[1::2] = self.end
+        return self._cuts
 
     def release(self) -> None:
         self.slot.release()

@@ -17,7 +17,8 @@ PAD = 64
 WINDOW = 32
 _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _DAY_US = 86_400_000_000
-_SEVERITIES = np.frombuffer(b"IWEF", np.uint8)
+_SEVERITY_OK = np.zeros(256, bool)
+_SEVERITY_OK[list(b"IWEF")] = True
 
 
 @dataclass(frozen=True)
@@ -57,13 +58,10 @@ def windows(data: np.ndarray, at: np.ndarray) -> np.ndarray:
     return view[at]
 
 
-def _digits(rows: np.ndarray, cols: range) -> tuple[np.ndarray, bool]:
-    part = rows[:, cols.start:cols.stop].astype(np.int64) - 48
-    ok = ((part >= 0) & (part <= 9)).all(axis=1)
-    value = np.zeros(len(rows), np.int64)
-    for i in range(part.shape[1]):
-        value = value * 10 + part[:, i]
-    return value, ok
+def _two(rows: np.ndarray, col: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 2-digit number at columns col, col+1 (uint8 arithmetic on columns: fast) and whether both are digits."""
+    hi, lo = rows[:, col] - np.uint8(48), rows[:, col + 1] - np.uint8(48)
+    return hi * np.uint8(10) + lo, (hi <= 9) & (lo <= 9)
 
 
 @dataclass
@@ -85,23 +83,26 @@ def parse_prefix(rows: np.ndarray, variant: Variant) -> tuple[np.ndarray, Stamps
     """Which rows start a record (mask), and severity, date and time of day of every row."""
     d = variant.digits_at
     sev = rows[:, variant.lead]
-    ok = np.isin(sev, _SEVERITIES)
+    ok = _SEVERITY_OK[sev]
     if variant.lead:
         ok &= rows[:, 0] == ord("[")
     year = None
     if variant.year:
-        year, good = _digits(rows, range(d - 4, d))
+        century, good = _two(rows, d - 4)
         ok &= good
-    month, good = _digits(rows, range(d, d + 2)); ok &= good & (month >= 1) & (month <= 12)
-    day, good = _digits(rows, range(d + 2, d + 4)); ok &= good & (day >= 1) & (day <= 31)
-    hour, good = _digits(rows, range(d + 5, d + 7)); ok &= good & (hour < 24)
-    minute, good = _digits(rows, range(d + 8, d + 10)); ok &= good & (minute < 60)
-    sec, good = _digits(rows, range(d + 11, d + 13)); ok &= good & (sec < 61)
-    micro, good = _digits(rows, range(d + 14, d + 20)); ok &= good
+        yy, good = _two(rows, d - 2)
+        ok &= good
+        year = century.astype(np.int64) * 100 + yy
+    (month, m_ok), (day, d_ok) = _two(rows, d), _two(rows, d + 2)
+    (hour, h_ok), (minute, mi_ok), (sec, s_ok) = _two(rows, d + 5), _two(rows, d + 8), _two(rows, d + 11)
+    (us1, u1), (us2, u2), (us3, u3) = _two(rows, d + 14), _two(rows, d + 16), _two(rows, d + 18)
+    ok &= m_ok & d_ok & h_ok & mi_ok & s_ok & u1 & u2 & u3
+    ok &= (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31) & (hour < 24) & (minute < 60) & (sec < 61)
     for col, char in ((d + 4, " "), (d + 7, ":"), (d + 10, ":"), (d + 13, "."), (d + 20, " ")):
         ok &= rows[:, col] == ord(char)
-    tod = ((hour * 60 + minute) * 60 + sec) * 1_000_000 + micro
-    return ok, Stamps(sev, year, month, day, tod)
+    seconds = (hour.astype(np.int64) * 60 + minute) * 60 + sec
+    tod = seconds * 1_000_000 + (us1.astype(np.int64) * 10_000 + us2.astype(np.int64) * 100 + us3)
+    return ok, Stamps(sev, year, month.astype(np.int64), day.astype(np.int64), tod)
 
 
 def detect_variant(data: np.ndarray, starts: np.ndarray) -> Variant | None:

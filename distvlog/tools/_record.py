@@ -6,6 +6,7 @@ glog text never decodes a record.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ _PREFIX = re.compile(r"([IWEF])\d{4} [\d:.]{15} +(\S+) (.*?):(\d+)\] (?:\[rank \
 # quotes or '=' are JSON strings).
 _PAIRS = re.compile(r'(?:^| )((?:[^\s="]+=(?:"(?:[^"\\]|\\.)*"|[^\s"=]*)(?: |$))+)$')
 _PAIR = re.compile(r'([^\s="]+)=("(?:[^"\\]|\\.)*"|[^\s"=]*)')
+META_EVENT = "distvlog-meta"
+_META_PREFIX = META_EVENT + " {"
 CORE = ("ts", "severity", "v", "rank", "world_size", "tid", "file", "line", "event")
 
 
@@ -86,6 +89,9 @@ def from_glog(raw: bytes, ts: int, rank: int, path: Path | None = None) -> Recor
         return Record(ts, first[:1], rank, 0, "", 0, text, {}, path)
     sev, tid, file, line = match.groups()
     message, fields = split_fields(first[match.end():])
+    if message.startswith(_META_PREFIX):  # our header record: its dict, as in our JSON-lines files
+        with contextlib.suppress(ValueError):
+            message, fields = META_EVENT, {"meta": json.loads(message[len(_META_PREFIX) - 1:])}
     return Record(ts, sev, rank, int(tid) if tid.isdigit() else tid, file, int(line), message + nl + rest,
                   fields, path)
 

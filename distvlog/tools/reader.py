@@ -241,7 +241,7 @@ def read_records(sources: list[Source], *, where: re.Pattern[bytes] | None = Non
             else:
                 hit = np.isin(block.severity, wanted)
                 if where is not None:
-                    hit[block.matching(where)] = True
+                    hit |= block.matching(where)
                 picked = np.flatnonzero(hit).tolist()
             for i in picked:
                 yield block.record(i)

@@ -1,0 +1,136 @@
+"""merge's record filters: --ranks, --min-severity, --min-v/--max-v, --grep, --node, --since/--until.
+
+Cheap tests run on whole columns (rank, severity, time); text tests scan a block's text once with a
+regex and decode only the records it hits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import fnmatch
+import re
+from typing import Callable
+
+import numpy as np
+
+from .._errors import InputError
+from ._block import Block
+from ._record import Record
+
+LEVEL = np.zeros(256, np.int8)
+for _i, _c in enumerate("IWEF"):
+    LEVEL[ord(_c)] = _i
+_PADDLE_NODE = re.compile(r"(\w+GradNode)\(0x")  # Paddle's own "multiply1GradNode(0x..) begin run"
+_NODE_HINT = re.compile(rb"node=|GradNode\(")
+_V_HINT = re.compile(rb" v=\d")
+_TIME_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y/%m/%d %H:%M:%S.%f",
+                 "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M")
+_DAY_FORMATS = ("%m%d %H:%M:%S.%f", "%m%d %H:%M:%S", "%m%d %H:%M")  # glog's own, no year
+_TOD_FORMATS = ("%H:%M:%S.%f", "%H:%M:%S", "%H:%M")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0,2-3")
+    parser.add_argument("--min-severity", metavar="S", type=str.upper, choices=list("IWEF"),
+                        help="only records of at least this severity (I, W, E, F)")
+    parser.add_argument("--min-v", metavar="N", type=int, help="only VLOG records of level N or more")
+    parser.add_argument("--max-v", metavar="N", type=int, help="drop VLOG records above level N")
+    parser.add_argument("--grep", metavar="RE", help="only records whose text (any line) matches RE")
+    parser.add_argument("--node", metavar="GLOB", help="only records about a matching GradNode (node=...)")
+    parser.add_argument("--since", metavar="TIME", help="from this time on: HH:MM[:SS[.f]] or a full date and time")
+    parser.add_argument("--until", metavar="TIME", help="up to this time (inclusive), same forms as --since")
+
+
+def parse_ranks(text: str) -> np.ndarray:
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()) or (dash and int(hi) < int(lo)):
+            raise InputError(f"--ranks {text!r}: expected a list like 0,2-3")
+        out.update(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+    return np.array(sorted(out), np.int64)
+
+
+def _parse_time(option: str, text: str) -> tuple[str, _dt.datetime]:
+    for kind, formats in (("full", _TIME_FORMATS), ("day", _DAY_FORMATS), ("tod", _TOD_FORMATS)):
+        for fmt in formats:
+            try:
+                return kind, _dt.datetime.strptime(text.strip().replace("T", " "), fmt)
+            except ValueError:
+                continue
+    raise InputError(f"{option} {text!r}: expected HH:MM[:SS[.ffffff]], MMDD HH:MM:SS or YYYY-MM-DD HH:MM:SS")
+
+
+def _resolve(option: str, text: str, first_local: _dt.datetime) -> _dt.datetime:
+    """A full local time; a time of day (or glog's MMDD) means its first occurrence from the first record."""
+    kind, when = _parse_time(option, text)
+    if kind == "full":
+        return when
+    if kind == "day":
+        when = when.replace(year=first_local.year)
+        return when if when >= first_local - _dt.timedelta(days=1) else when.replace(year=first_local.year + 1)
+    when = _dt.datetime.combine(first_local.date(), when.time())
+    return when if when >= first_local else when + _dt.timedelta(days=1)
+
+
+class Select:
+    """The filters of one merge; `prepare` once the first timestamp is known, then call per block."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.ranks = parse_ranks(args.ranks) if args.ranks else None
+        self.min_level = "IWEF".index(args.min_severity) if args.min_severity else 0
+        self.min_v, self.max_v = args.min_v, args.max_v
+        try:
+            self.grep = re.compile(args.grep.encode()) if args.grep else None
+        except re.error as exc:
+            raise InputError(f"--grep {args.grep!r}: not a valid regular expression ({exc})") from None
+        self.node = re.compile(fnmatch.translate(args.node)) if args.node else None
+        self._times = (args.since, args.until)
+        self.since = self.until = None
+
+    def prepare(self, first_ts: int | None, utc_offset_s: int) -> None:
+        """Turn --since/--until into epoch µs: they are in the time zone the output shows."""
+        first_local = _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=(first_ts or 0) + utc_offset_s * 10**6)
+        limits = []
+        for option, text in zip(("--since", "--until"), self._times):
+            when = _resolve(option, text, first_local) if text else None
+            limits.append(None if when is None else
+                          (when - _dt.datetime(1970, 1, 1)) // _dt.timedelta(microseconds=1) - utc_offset_s * 10**6)
+        self.since, self.until = limits
+
+    def __call__(self, block: Block) -> np.ndarray:
+        mask = np.ones(len(block), bool)
+        if self.ranks is not None:
+            mask &= np.isin(block.rank, self.ranks)
+        if self.min_level:
+            mask &= LEVEL[block.severity] >= self.min_level
+        if self.since is not None:
+            mask &= block.ts >= self.since
+        if self.until is not None:
+            mask &= block.ts <= self.until
+        if self.grep is not None:
+            mask &= block.matching(self.grep)
+        if self.node is not None:
+            mask &= self._decoded(block, _NODE_HINT, self._node_ok, False)
+        if self.min_v is not None or self.max_v is not None:
+            mask &= self._decoded(block, _V_HINT, lambda r: self._v_ok(r.v or 0), self._v_ok(0))
+        return np.flatnonzero(mask)
+
+    @staticmethod
+    def _decoded(block: Block, hint: re.Pattern[bytes], test: Callable[[Record], bool], default: bool) -> np.ndarray:
+        """`test` on the decoded records whose text the hint regex finds; `default` for all others."""
+        out = np.full(len(block), default)
+        for i in np.flatnonzero(block.matching(hint)).tolist():
+            out[i] = test(block.record(i))
+        return out
+
+    def _node_ok(self, record: Record) -> bool:
+        node = record.fields.get("node")
+        if node is None:
+            found = _PADDLE_NODE.search(record.event.partition("\n")[0])
+            node = found.group(1) if found else None
+        return node is not None and self.node.match(str(node)) is not None
+
+    def _v_ok(self, v: int) -> bool:
+        return (self.min_v is None or v >= self.min_v) and (self.max_v is None or v <= self.max_v)

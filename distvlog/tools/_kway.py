@@ -1,0 +1,145 @@
+"""The streaming k-way merge: blocks from every input, written out in (clock-corrected) timestamp order.
+
+Each input keeps its not-yet-written records sorted by time. Everything older than the horizon can go:
+no input can still produce an older record, because each input's records only go back in time by a
+little (threads of one process stamp before they write), and that "little" (its slack) is measured as it
+reads. The input holding the horizon back reads its next block, and so on; memory stays a few blocks per
+input. Ties keep rank order, then file order (inputs are in that order, and the sort is stable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ._arena import Slot
+from ._block import Block
+from .reader import Source
+
+NEVER = np.iinfo(np.int64).max
+MAX_SLACK_US = 10_000_000  # past this, a record that arrives too late is written late (and counted)
+
+
+@dataclass
+class Batch:
+    """The next records to write, in order: record `index[i]` of `blocks[which[i]]`."""
+
+    blocks: list[Block]
+    which: np.ndarray
+    index: np.ndarray
+    serials: list[int]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+class _Lane:
+    """One input's pending records, sorted by time: (ts, block serial, index in block)."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.active = True
+        self.frontier = -NEVER  # the newest timestamp read so far
+        self.slack = 0
+        self.ts = np.zeros(0, np.int64)
+        self.serial = np.zeros(0, np.int64)
+        self.index = np.zeros(0, np.int64)
+
+    @property
+    def bound(self) -> int:
+        """No record this input has yet to read is older than this."""
+        return self.frontier - self.slack if self.active else NEVER
+
+    def read(self, alloc: Callable[[int], Slot]) -> Block | None:
+        block = self.source.next_block(alloc)
+        if block is None:
+            self.active = False
+            return None
+        if len(block):
+            running = np.maximum.accumulate(np.concatenate(([self.frontier], block.ts)))
+            self.slack = min(max(self.slack, int((running[1:] - block.ts).max())), MAX_SLACK_US)
+            self.frontier = int(running[-1])
+        return block
+
+    def add(self, serial: int, ts: np.ndarray, index: np.ndarray) -> None:
+        order = np.argsort(ts, kind="stable")
+        ts = np.concatenate((self.ts, ts[order]))
+        keep = np.argsort(ts, kind="stable")  # two sorted runs: a merge
+        self.ts = ts[keep]
+        self.serial = np.concatenate((self.serial, np.full(len(index), serial, np.int64)))[keep]
+        self.index = np.concatenate((self.index, index[order]))[keep]
+
+    def pop_before(self, horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        k = int(np.searchsorted(self.ts, horizon, "left"))
+        out = self.ts[:k], self.serial[:k], self.index[:k]
+        self.ts, self.serial, self.index = self.ts[k:], self.serial[k:], self.index[k:]
+        return out
+
+
+class KWayMerge:
+    """`batches(keep)` yields the records of all sources in timestamp order, a batch at a time."""
+
+    def __init__(self, sources: list[Source], alloc: Callable[[int], Slot]) -> None:
+        self.alloc = alloc
+        self.lanes = [_Lane(s) for s in sources]
+        self.live: dict[int, list] = {}  # serial -> [block, records not yet written]
+        self._serial = 0
+        self.late = 0  # records that came after the horizon had passed them: written late
+        self._written_to = -NEVER
+        self._first = [(lane, lane.read(alloc)) for lane in self.lanes]
+        stamps = [int(b.ts.min()) for _, b in self._first if b is not None and len(b)]
+        self.first_ts = min(stamps) if stamps else None
+
+    def batches(self, keep: Callable[[Block], np.ndarray]) -> Iterator[Batch]:
+        """`keep(block)` says which records of a block to write (indices, ascending)."""
+        for lane, block in self._first:
+            self._add(lane, block, keep)
+        self._first = []
+        while True:
+            horizon = min(lane.bound for lane in self.lanes)
+            batch = self._pop(horizon)
+            if batch is not None:
+                yield batch
+                self._release(batch)
+            pending = [lane for lane in self.lanes if lane.active]
+            if not pending:
+                return
+            lane = min(pending, key=lambda x: x.bound)
+            self._add(lane, lane.read(self.alloc), keep)
+
+    def _add(self, lane: _Lane, block: Block | None, keep: Callable[[Block], np.ndarray]) -> None:
+        if block is None:
+            return
+        index = keep(block) if len(block) else np.zeros(0, np.int64)
+        if not len(index):
+            block.release()
+            return
+        ts = block.ts[index]
+        self.late += int(np.count_nonzero(ts < self._written_to))
+        self._serial += 1
+        self.live[self._serial] = [block, len(index)]
+        lane.add(self._serial, ts, index)
+
+    def _pop(self, horizon: int) -> Batch | None:
+        parts = [lane.pop_before(horizon) for lane in self.lanes]
+        ts = np.concatenate([p[0] for p in parts])
+        if not len(ts):
+            return None
+        self._written_to = max(self._written_to, horizon)
+        order = np.argsort(ts, kind="stable")
+        serial = np.concatenate([p[1] for p in parts])[order]
+        index = np.concatenate([p[2] for p in parts])[order]
+        used, which, counts = np.unique(serial, return_inverse=True, return_counts=True)
+        serials = used.tolist()
+        for s, count in zip(serials, counts.tolist()):
+            self.live[s][1] -= count
+        return Batch([self.live[s][0] for s in serials], which.astype(np.int64), index, serials)
+
+    def _release(self, batch: Batch) -> None:
+        for s in batch.serials:
+            block, left = self.live[s]
+            if not left:
+                del self.live[s]
+                block.release()

@@ -1,0 +1,158 @@
+"""`distvlog merge PATH... [-o OUT]`: every rank's records in one timeline, by clock-corrected time.
+
+The output is a glog file (lnav, grep and sort keep working; every record keeps its `[rank R]` tag and
+shows its corrected time) or JSON lines. A one-line summary on stderr says what was read, per rank, and
+what was skipped and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from .._errors import InputError
+from . import _filters
+from ._arena import Arena
+from ._block import Counts
+from ._kway import KWayMerge
+from ._writers import JsonWriter, Writer, text_header
+from .reader import Source, open_sources, parse_rank_of
+
+PROGRESS_MIN_BYTES = 4 << 20
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """PATH arguments and the options for reading them (shared with `trace`)."""
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="log files (.gz too), a run directory, or a log root (its latest run)")
+    parser.add_argument("--rank-of", action="append", metavar="FILE=R",
+                        help="the rank of a foreign log file without [rank R] tags (repeatable)")
+    parser.add_argument("--no-clock-correction", action="store_true",
+                        help="keep each rank's own timestamps (do not apply the clock offsets in the headers)")
+
+
+def open_inputs(args: argparse.Namespace) -> list[Source]:
+    return open_sources(args.paths, rank_of=parse_rank_of(args.rank_of),
+                        clock_correction=not args.no_clock_correction)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("merge", help="merge per-rank logs into one timeline",
+                                   description=__doc__.split("\n\n")[0])
+    add_input_arguments(parser)
+    parser.add_argument("-o", "--output", metavar="OUT", help="write to OUT (default: standard output)")
+    parser.add_argument("--format", choices=("text", "jsonl"), default="text",
+                        help="glog text (default) or JSON lines")
+    _filters.add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+@contextlib.contextmanager
+def _output(path: str | None, inputs: list[Source]) -> Iterator[int]:
+    """A file descriptor for the output; a file appears (atomically) only when the merge succeeds."""
+    if path is None:
+        sys.stdout.flush()
+        yield sys.stdout.fileno()
+        return
+    target = Path(path)
+    if any(target.exists() and target.resolve() == s.path.resolve() for s in inputs):
+        raise InputError(f"-o {path}: that is one of the input files")
+    if target.exists() and not target.is_file():  # /dev/null, a pipe: write straight to it
+        fd = _open_plain(path)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
+    except OSError as exc:
+        raise InputError(f"-o {path}: cannot write there ({exc.strerror})") from None
+    closed = False
+    try:
+        yield fd
+        os.close(fd)
+        closed = True
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        if not closed:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _open_plain(path: str) -> int:
+    try:
+        return os.open(path, os.O_WRONLY)
+    except OSError as exc:
+        raise InputError(f"-o {path}: cannot write there ({exc.strerror})") from None
+
+
+def _progress(sources: list[Source]):
+    total = sum(s.size for s in sources)
+    if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, desc="merge", file=sys.stderr, leave=False)
+
+
+def summary(sources: list[Source], written: int, late: int, where: str) -> str:
+    """One line: records per rank, what was skipped and why, what the filters dropped."""
+    counts = Counts()
+    for source in sources:
+        counts.add(source.counts)
+    total = sum(counts.records.values())
+    per_rank = ", ".join(f"rank {r}: {n:,}" for r, n in sorted(counts.records.items()))
+    parts = [f"{written:,} records from {len(sources)} file{'s' * (len(sources) != 1)} ({per_rank or 'none'}) "
+             f"to {where}"]
+    if total > written:
+        parts.append(f"{total - written:,} filtered out")
+    if counts.header:
+        parts.append(f"{counts.header:,} header lines")
+    skipped = sum(counts.skipped.values())
+    parts.append(f"{skipped:,} lines skipped" + (
+        " (" + ", ".join(f"{n:,} {why}" for why, n in counts.skipped.most_common()) + ")" if skipped else ""))
+    if late:
+        parts.append(f"{late:,} records written late (their rank's clock went back)")
+    return "; ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    select = _filters.Select(args)
+    sources = open_inputs(args)
+    zone = sources[0].utc_offset_s  # the lowest rank's time zone
+    for source in sources:
+        source.display_offset_s = zone
+    merge = KWayMerge(sources, Arena().alloc)
+    select.prepare(merge.first_ts, zone)
+    bar = _progress(sources)
+    written = 0
+    with _output(args.output, sources) as fd:
+        if args.format == "jsonl":
+            writer: Writer = JsonWriter(fd)
+        else:
+            hosts = sorted({s.host for s in sources if s.host})
+            ranks = {r for s in sources for r in s.counts.records} | {s.rank for s in sources if s.rank is not None}
+            writer = Writer(fd, text_header(merge.first_ts, zone, hosts, ranks, not args.no_clock_correction))
+        try:
+            for batch in merge.batches(select):
+                writer.write(batch)
+                written += len(batch)
+                if bar is not None:
+                    bar.update(sum(s.progress() for s in sources) - bar.n)
+        finally:
+            writer.close()
+            if bar is not None:
+                bar.close()
+    where = args.output or "stdout"
+    print(f"distvlog merge: {summary(sources, written, merge.late, where)}", file=sys.stderr)
+    return 0
+
