@@ -42,6 +42,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--overlap", action="store_true", help="start allreduces during backward")
     p.add_argument("--debug", action="store_true", help="DataParallel debug checks (also DISTVLOG_DP_DEBUG=1)")
     p.add_argument("--dist-v", type=int, default=1, help="verbosity of DataParallel's own records")
+    p.add_argument("--gather", action="store_true",
+                   help="at the end, copy every rank's log into rank 0's run directory (node-local log dirs)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     for name in ("steps", "batch_size", "hidden"):
@@ -133,7 +135,7 @@ def main() -> None:
     if rank == 0:
         print(f"test accuracy {np.mean(predicted == labels[test]):.3f}", flush=True)
         print(f"parameters bit-identical on all {world} ranks: digest {digest}", flush=True)
-    dv.finalize()
+    dv.finalize(gather=args.gather)
 
 
 if __name__ == "__main__":

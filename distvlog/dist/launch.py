@@ -78,11 +78,16 @@ def mpi_command(launcher: str, kind: str, n: int, env: dict[str, str], hostfile:
     return cmd
 
 
-def _rank_env(run_id: str, root: Path) -> dict[str, str]:
-    source_root = str(Path(distvlog.__file__).resolve().parents[1])  # ranks import this very distvlog
+def _rank_env(run_id: str, root: Path, n: int, local: bool) -> dict[str, str]:
+    """What every rank must see: the run, this very distvlog and, on one machine, a fair share of the
+    cores for numpy's BLAS threads (unless OMP_NUM_THREADS says otherwise)."""
+    source_root = str(Path(distvlog.__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
-    return {"DISTVLOG_RUN_ID": run_id, "DISTVLOG_LOG_DIR": str(root),
-            "PYTHONPATH": source_root + (os.pathsep + path if path else "")}
+    env = {"DISTVLOG_RUN_ID": run_id, "DISTVLOG_LOG_DIR": str(root),
+           "PYTHONPATH": source_root + (os.pathsep + path if path else "")}
+    if local and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
+    return env
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     kind = launcher_kind(launcher)
     root = Path(args.log_dir).resolve() if args.log_dir else log_dir().resolve()
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-launch{os.getpid()}"
-    env = _rank_env(run_id, root)
+    env = _rank_env(run_id, root, args.n, local=not args.hostfile)
     cmd = mpi_command(launcher, kind, args.n, env, args.hostfile)
     cmd += [sys.executable, "-m", "distvlog.dist.run", str(script), *args.script_args]
     print(f"distvlog launch: {args.n} ranks with {launcher} ({kind}), run {run_id} in {root}",
