@@ -3,7 +3,6 @@ crash hook wrote, traceback included), the merged timeline, and where the files 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -32,9 +31,6 @@ def failure_text(record: Record) -> str:
 
 def _merge(run_dir: Path) -> Path | None:
     """`distvlog merge RUN_DIR -o RUN_DIR/timeline.log`, through the CLI (its one-line summary included)."""
-    if importlib.util.find_spec("distvlog.tools.merge") is None:
-        _say("timeline not merged: this distvlog has no merge tool yet (distvlog.tools.merge)")
-        return None
     from ..cli import main
 
     target = run_dir / "timeline.log"

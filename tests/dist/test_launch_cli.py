@@ -46,6 +46,9 @@ def test_train_on_four_ranks(run_cli):
     assert re.search(r"parameters bit-identical on all 4 ranks: digest [0-9a-f]{32}", proc.stdout)
     run_dir = run_dir_of(proc)
     assert sorted(p.name for p in run_dir.glob("rank-*")) == [f"rank-{r}.log" for r in range(4)]
+    timeline = (run_dir / "timeline.log").read_text()
+    assert f"distvlog launch: timeline: {run_dir}/timeline.log" in proc.stderr
+    assert all(f"] [rank {r}] allreduce end v=1 step=11 bucket=0" in timeline for r in range(4))
     rank2 = (run_dir / "rank-2.log").read_text()
     assert re.search(r"allreduce begin v=1 step=11 bucket=0 bytes=\d+", rank2)
     assert "grad_stats node=linear" in rank2  # the guarded layer logs at level 5
@@ -66,8 +69,10 @@ def test_a_failing_rank_aborts_the_job_and_is_named(run_cli, tmp_path):
     assert "distvlog launch: rank 1 failed: ValueError: boom on rank 1 (fail.py:11)" in proc.stderr
     run_dir = run_dir_of(proc)
     assert "F" == re.search(r"^(\w)\S+ .*Unhandled exception", (run_dir / "rank-1.log").read_text(), re.M).group(1)
-    for rank in (0, 2, 3):  # killed while waiting for rank 1, their records are on disk all the same
+    timeline = (run_dir / "timeline.log").read_text()
+    for rank in (0, 2, 3):  # killed while waiting for rank 1, their records are on disk and merged all the same
         assert "waiting for rank 1" in (run_dir / f"rank-{rank}.log").read_text()
+        assert f"[rank {rank}] waiting for rank 1" in timeline
 
 
 @pytest.mark.parametrize("args,message", [
