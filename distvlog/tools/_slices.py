@@ -1,0 +1,127 @@
+"""From records to trace slices: GradNode runs, backward passes and allreduce buckets, warnings as instants.
+
+A GradNode run goes from `<node>(0x..) begin run` to the record holding `Finish_AD_API_GRAD` on the same
+thread; a backward pass from `backward begin` to `backward end`; an allreduce bucket from
+`allreduce begin` to `allreduce end` with the same step and bucket on the same rank (any thread).
+`grad_stats` records land in the args of their node's run. A run still open at the end of the log is a
+slice up to the rank's last record, marked unfinished: that is where a crash happened.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._record import Record
+
+_BEGIN_RUN = re.compile(r"(\w+)\(0x[0-9a-fA-F]+\) begin run")
+_FINISH = re.compile(r"Finish_AD_API_GRAD: (\w+)")
+_PHASE = re.compile(r"(backward|allreduce) (begin|end)\b")
+# What the reader should hand us (a regex over block text, so most records are never decoded).
+WANTED = re.compile(rb"begin run|Finish_AD_API_GRAD|backward (?:begin|end)|allreduce (?:begin|end)|grad_stats")
+KINDS = ("error", "backward", "allreduce", "warning", "node", "grad_stats")  # priority for --max-events
+
+
+@dataclass
+class Slice:
+    kind: str
+    name: str
+    rank: int
+    tid: int | str
+    start: int
+    end: int | None = None  # None: an instant event
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class SliceBuilder:
+    """Feed records (each rank's in time order), then `finish()` for the slices and instants."""
+
+    def __init__(self) -> None:
+        self.out: list[Slice] = []
+        self._nodes: dict[tuple[int, Any], list[Slice]] = {}  # open node runs per (rank, thread)
+        self._passes: dict[tuple[int, Any], list[Slice]] = {}
+        self._buckets: dict[tuple[int, Any, Any], Slice] = {}
+        self._last_run: dict[tuple[int, str], Slice] = {}  # (rank, node) -> its latest run
+        self.last_ts: dict[int, int] = {}
+
+    def add(self, rec: Record) -> None:
+        self.last_ts[rec.rank] = max(rec.ts, self.last_ts.get(rec.rank, rec.ts))
+        first = rec.event.partition("\n")[0].strip()
+        track = (rec.rank, rec.tid)
+        step = rec.fields.get("step")
+        if (begin := _BEGIN_RUN.search(first)) is not None:
+            node = str(rec.fields.get("node") or begin.group(1))
+            run = Slice("node", node, rec.rank, rec.tid, rec.ts, args=_args(rec, node=node))
+            self._nodes.setdefault(track, []).append(run)
+            self._last_run[(rec.rank, node)] = run
+        elif (finish := _FINISH.search(rec.event)) is not None:
+            self._close_node(track, rec, finish.group(1))
+        elif (phase := _PHASE.match(first)) is not None:
+            self._phase(phase.group(1), phase.group(2), track, rec)
+        elif first.startswith("grad_stats"):
+            self._grad_stats(rec)
+        if rec.severity in "WEF":
+            kind = "warning" if rec.severity == "W" else "error"
+            self.out.append(Slice(kind, first[:120] or rec.severity, rec.rank, rec.tid, rec.ts,
+                                  args=_args(rec, severity=rec.severity, message=rec.event,
+                                             where=f"{rec.file}:{rec.line}")))
+        if step is not None and self._passes.get(track):
+            self._passes[track][-1].args.setdefault("step", step)
+
+    def _close_node(self, track: tuple, rec: Record, api: str) -> None:
+        stack = self._nodes.get(track) or []
+        node = rec.fields.get("node")
+        at = next((i for i in range(len(stack) - 1, -1, -1) if node is None or stack[i].name == node), None)
+        if at is None:
+            return  # its begin was not logged (level too low) or not read
+        run = stack.pop(at)
+        run.args["api"] = api
+        self._close(run, rec)
+
+    def _phase(self, what: str, edge: str, track: tuple, rec: Record) -> None:
+        if what == "backward":
+            stack = self._passes.setdefault(track, [])
+            if edge == "begin":
+                stack.append(Slice("backward", f"backward pass {rec.fields.get('pass', '')}".strip(), rec.rank,
+                                   rec.tid, rec.ts, args=_args(rec)))
+            elif stack:
+                self._close(stack.pop(), rec)
+            return
+        key = (rec.rank, rec.fields.get("step"), rec.fields.get("bucket"))
+        if edge == "begin":
+            self._buckets[key] = Slice("allreduce", f"allreduce bucket {key[2]}", rec.rank, rec.tid, rec.ts,
+                                       args=_args(rec))
+        elif key in self._buckets:
+            self._close(self._buckets.pop(key), rec)
+
+    def _close(self, s: Slice, rec: Record) -> None:
+        s.end = rec.ts
+        for k, v in _args(rec).items():
+            s.args.setdefault(k, v)
+        self.out.append(s)
+
+    def _grad_stats(self, rec: Record) -> None:
+        stats = {k: v for k, v in rec.fields.items() if k not in ("node", "v", "pass")}
+        node = str(rec.fields.get("node", ""))
+        run = self._last_run.get((rec.rank, node))
+        if run is not None:
+            run.args.setdefault("grad_stats", []).append(stats)
+        else:
+            self.out.append(Slice("grad_stats", f"grad_stats {node}".strip(), rec.rank, rec.tid, rec.ts,
+                                  args=_args(rec)))
+
+    def finish(self) -> list[Slice]:
+        """Every slice; runs never closed end at their rank's last record, marked unfinished."""
+        still_open = [s for stack in (*self._nodes.values(), *self._passes.values()) for s in stack]
+        for s in still_open + list(self._buckets.values()):
+            s.end = max(self.last_ts.get(s.rank, s.start), s.start)
+            s.args["unfinished"] = True
+            self.out.append(s)
+        return self.out
+
+
+def _args(rec: Record, **extra: Any) -> dict[str, Any]:
+    args = {k: v for k, v in rec.fields.items() if k != "v"}
+    args.update(extra)
+    return args
