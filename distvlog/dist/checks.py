@@ -110,8 +110,7 @@ class Checks:
             problems.append(_spread("at", [note[2] for note in notes]))
         problems.extend(d[1] for d in details if d[1])
         when = f" of step {step}" if step >= 0 else ""
-        raise DataParallelError(f"DataParallel check before {collective}{when} failed on rank {self.comm.rank}: "
-                                + " | ".join(problems))
+        raise DataParallelError(f"DataParallel check before {collective}{when} failed: " + " | ".join(problems))
 
     def parameters(self, step: int) -> str:
         """Collective: a digest of all parameters, which must be bit-identical on every rank."""

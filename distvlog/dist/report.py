@@ -49,8 +49,11 @@ def after_run(run_dir: Path, ranks: int, code: int) -> int:
     except InputError as exc:
         _say(f"cannot read the run's logs: {exc}")
         return code or 1
+    by_reason: dict[str, list[int]] = {}
     for rank, record in sorted(failed.items()):
-        _say(f"rank {rank} failed: {failure_text(record)}")
+        by_reason.setdefault(failure_text(record), []).append(rank)
+    for reason, ranks_failed in by_reason.items():
+        _say(f"{ranks_text(ranks_failed)} failed: {reason}")
     if code and not failed:
         _say(f"the job exited with code {code}; no rank logged an unhandled exception "
              "(killed by a signal or by the launcher?)")

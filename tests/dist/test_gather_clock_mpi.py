@@ -8,11 +8,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 
 from distvlog.dist.gather import CHUNK_BYTES
 
 pytestmark = pytest.mark.timeout(300)
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("n", [2, 4])

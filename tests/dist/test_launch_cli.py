@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 
 pytestmark = pytest.mark.timeout(300)
+REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "launch" / "train.py")
 
 FAILING = """
