@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "launch" / "train.py")
