@@ -35,36 +35,34 @@ def _head(path: Path) -> bytes:
         return f.read(HEAD_BYTES)
 
 
-def _receive_file(comm: MPI.Intracomm, peer: int, target: Path, size: int) -> None:
+def _receive_file(comm: MPI.Intracomm, peer: int, target: Path) -> int:
+    """Write the chunks `peer` sends into `target` until its empty closing chunk; returns the bytes."""
     from mpi4py import MPI
 
-    buf, status = bytearray(CHUNK_BYTES), MPI.Status()
+    buf, status, total = bytearray(CHUNK_BYTES), MPI.Status(), 0
     with open(target, "xb") as out:
-        left = size
-        while left > 0:
+        while True:
             comm.Recv([buf, MPI.BYTE], source=peer, tag=_DATA, status=status)
             n = status.Get_count(MPI.BYTE)
+            if n == 0:
+                return total
             out.write(memoryview(buf)[:n])
-            left -= n
+            total += n
 
 
-def _send_file(comm: MPI.Intracomm, path: Path, size: int) -> None:
+def _send_file(comm: MPI.Intracomm, path: Path) -> None:
     from mpi4py import MPI
 
     with open(path, "rb") as f:
-        left = size
-        while left > 0:
-            chunk = f.read(min(CHUNK_BYTES, left))
-            if not chunk:  # truncated under us: pad so rank 0 still receives `size` bytes
-                chunk = b"\n" * min(CHUNK_BYTES, left)
+        while chunk := f.read(CHUNK_BYTES):
             comm.Send([chunk, MPI.BYTE], dest=0, tag=_DATA)
-            left -= len(chunk)
+    comm.Send([b"", MPI.BYTE], dest=0, tag=_DATA)
 
 
-def _wanted(run_dir: Path, manifest: list[tuple[str, int, bytes]]) -> list[bool]:
+def _wanted(run_dir: Path, manifest: list[tuple[str, bytes]]) -> list[bool]:
     """Rank 0's answer per file: copy it unless this directory already has it (a shared filesystem)."""
     answers = []
-    for name, _size, head in manifest:
+    for name, head in manifest:
         target = run_dir / name
         if target.exists():
             if _head(target)[:len(head)] != head:
@@ -85,11 +83,10 @@ def gather(comm: MPI.Intracomm) -> tuple[int, int]:
             time.sleep(0.001)
         go.wait()
         files = _own_files()
-        manifest = [(p.name, p.stat().st_size, _head(p)) for p in files]
-        comm.send(manifest, dest=0, tag=_MANIFEST)
-        for path, (_name, size, _h), wanted in zip(files, manifest, comm.recv(source=0, tag=_WANTED)):
+        comm.send([(p.name, _head(p)) for p in files], dest=0, tag=_MANIFEST)
+        for path, wanted in zip(files, comm.recv(source=0, tag=_WANTED)):
             if wanted:
-                _send_file(comm, path, size)
+                _send_file(comm, path)
         return 0, 0
     if SINK.path is None:
         _log.info("gather: this rank has no log file yet")  # opens it, so the run directory exists
@@ -100,10 +97,10 @@ def gather(comm: MPI.Intracomm) -> tuple[int, int]:
         manifest = comm.recv(source=peer, tag=_MANIFEST)
         answers = _wanted(run_dir, manifest)
         comm.send(answers, dest=peer, tag=_WANTED)
-        for (name, size, _head_bytes), wanted in zip(manifest, answers):
+        for (name, _head_bytes), wanted in zip(manifest, answers):
             if wanted:
-                _receive_file(comm, peer, run_dir / name, size)
-                copied, nbytes = copied + 1, nbytes + size
+                nbytes += _receive_file(comm, peer, run_dir / name)
+                copied += 1
     _log.info(f"gather: copied {copied} files ({nbytes} bytes) from other ranks into {run_dir}",
               files=copied, bytes=nbytes)
     return copied, nbytes

@@ -3,6 +3,7 @@ crash hook wrote, traceback included), the merged timeline, and where the files 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def after_run(run_dir: Path, ranks: int, code: int) -> int:
     if code and not failed:
         _say(f"the job exited with code {code}; no rank logged an unhandled exception "
              "(killed by a signal or by the launcher?)")
-    logged = {int(p.name.split(".")[0][5:]) for p in files if p.name.split(".")[0][5:].isdigit()}
+    logged = {int(m.group(1)) for p in files if (m := re.match(r"rank-(\d+)\.", p.name))}
     missing = set(range(ranks)) - logged
     if missing:
         _say(f"{ranks_text(missing)} wrote no log file")
