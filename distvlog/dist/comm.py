@@ -5,7 +5,6 @@ matched with a collective of the user's code.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -14,16 +13,8 @@ from ..logger import IDENTITY
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-# Variables an MPI launcher sets in every rank's environment (Open MPI, MPICH/Hydra and Intel MPI, PMIx).
-MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK")
-
 _world: MPI.Intracomm | None = None
 _private: dict[str, MPI.Intracomm] = {}
-
-
-def launched_by_mpi() -> bool:
-    """Whether an MPI launcher started this process (then MPI, not the environment, says who we are)."""
-    return any(os.environ.get(var) for var in MPI_LAUNCHER_VARS)
 
 
 def world() -> MPI.Intracomm:

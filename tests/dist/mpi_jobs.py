@@ -96,17 +96,20 @@ def mode_nan() -> None:
         say(error=str(exc), step=model.step)
 
 
-def mode_hash() -> None:
-    """Rank 2 changes one parameter behind DataParallel's back; the hash check must name it and the rank."""
+def mode_hash(when: str) -> None:
+    """Rank 2 changes one parameter behind DataParallel's back; the hash check must name it and the rank:
+    asked for (`explicit`), or by debug mode (DISTVLOG_DP_DEBUG=1) every 2 steps (`auto`)."""
     dv.init()
-    model = dv.DataParallel(Params([(8, 16), (16, 4)], seed=0))
-    train(model, 2)
+    model = dv.DataParallel(Params([(8, 16), (16, 4)], seed=0), check_every=2)
+    train(model, 1)
     if dv.get_rank() == 2:
         model.parameters()[1].numpy()[0, 0] += 1.0
     try:
-        say(digest=model.check_parameters())
+        if when == "auto":
+            train(model, 3)
+        say(digest=model.check_parameters(), step=model.step)
     except dv.dist.DataParallelError as exc:
-        say(error=str(exc))
+        say(error=str(exc), step=model.step)
 
 
 def mode_gather(layout: str, records: str) -> None:

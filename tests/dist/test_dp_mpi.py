@@ -51,8 +51,12 @@ def test_nan_gradient_names_rank_step_parameter_and_node(run_mpi, rank_results):
                          r"\(forward at mpi_jobs.py:\d+\)", r["error"]), r["error"]
 
 
-def test_parameter_hash_names_the_diverged_parameter_and_rank(run_mpi, rank_results):
-    got = rank_results(run_mpi(4, "hash"))
+@pytest.mark.parametrize("when,env,step", [("explicit", {}, 0), ("auto", {"DISTVLOG_DP_DEBUG": "1"}, 2)])
+def test_parameter_hash_names_the_diverged_parameter_and_rank(run_mpi, rank_results, when, env, step):
+    got = rank_results(run_mpi(4, "hash", when, env=env))
+    assert sorted(got) == [0, 1, 2, 3]
     for r in got.values():
-        assert "p1 differs on rank 2 (ranks 0,1,3 agree)" in r["error"]
+        assert r["step"] == step  # debug mode checks at the forward of step 2 (every 2 steps)
+        assert f"parameters are not identical across replicas at step {step}: p1 differs on rank 2 " \
+               "(ranks 0,1,3 agree)" in r["error"]
         assert "p0" not in r["error"]
