@@ -81,5 +81,5 @@ def normalise(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, variant: V
     index = np.stack([base + 1, base + 3, tag_elem, base + 4], axis=1).ravel()
     out = take([data, np.frombuffer(tags or b" ", np.uint8)], [data_cuts, tag_cuts.astype(np.int64)], index)
     lengths = (ends - starts) - lead - year + np.asarray(tag_lens, np.int64)[which]
-    new_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    new_starts = np.cumsum(lengths) - lengths
     return out, new_starts

@@ -1,6 +1,6 @@
 """Turning a chunk of glog text into a block: whole records, their timestamps and ranks, every line counted.
 
-A chunk ends mid-record; the last record is left for the next chunk (`carry_from`) unless the file ended.
+A chunk ends mid-record; the last record is left for the next chunk (`carry`) unless the file ended.
 Lines with NUL bytes are binary garbage and dropped; lines before the first record are the header (or
 skipped); a file ending without a newline ends in a truncated record, which is skipped.
 """
@@ -28,7 +28,7 @@ class Parsed:
     ts: np.ndarray
     rank: np.ndarray
     severity: np.ndarray
-    carry_from: int  # the chunk's bytes from here on belong to the next chunk
+    carry: np.ndarray  # the chunk's last bytes, which belong to the next chunk (a copy)
     counts: Counts
 
 
@@ -97,7 +97,7 @@ class GlogParser:
             re_ = np.append(rs[1:], len(out)) if len(rs) else rs
         uniq, per = np.unique(rank, return_counts=True)
         counts.records.update(dict(zip(uniq.tolist(), per.tolist())))
-        return Parsed(out, rs, re_, ts, rank, severity, carry_from, counts)
+        return Parsed(out, rs, re_, ts, rank, severity, data[carry_from:n].copy(), counts)
 
     def needs_restamp(self) -> bool:
         return self.display_offset_us is not None and (

@@ -29,7 +29,7 @@ class ParsedJson:
     rank: np.ndarray
     severity: np.ndarray
     objs: list[dict[str, Any]]
-    carry_from: int
+    carry: np.ndarray  # the chunk's last bytes, which belong to the next chunk (a copy)
     counts: Counts
 
 
@@ -81,4 +81,4 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(texts) else np.zeros(0, np.int64)
     severity = np.frombuffer(b"".join(t[:1] for t in texts), np.uint8).copy()
     return ParsedJson(b"".join(texts), starts.astype(np.int64), np.array(ts, np.int64), rank_arr, severity,
-                      objs, end, counts)
+                      objs, data[end:n].copy(), counts)

@@ -88,9 +88,15 @@ class KWayMerge:
         self._serial = 0
         self.late = 0  # records that came after the horizon had passed them: written late
         self._written_to = -NEVER
-        self._first = [(lane, lane.read(alloc)) for lane in self.lanes]
+        self._first = [(lane, self._first_records(lane)) for lane in self.lanes]
         stamps = [int(b.ts.min()) for _, b in self._first if b is not None and len(b)]
         self.first_ts = min(stamps) if stamps else None
+
+    def _first_records(self, lane: _Lane) -> Block | None:
+        """The lane's first block that has records (headers and preludes can fill whole blocks)."""
+        while (block := lane.read(self.alloc)) is not None and not len(block):
+            block.release()
+        return block
 
     def batches(self, keep: Callable[[Block], np.ndarray]) -> Iterator[Batch]:
         """`keep(block)` says which records of a block to write (indices, ascending)."""

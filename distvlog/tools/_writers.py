@@ -10,7 +10,6 @@ import datetime as _dt
 import os
 import queue
 import threading
-from typing import Iterable
 
 import numpy as np
 import orjson
@@ -22,24 +21,13 @@ from ._kway import Batch
 _HEADER_FORMAT = "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"
 
 
-def format_ranks(ranks: Iterable[int]) -> str:
-    """0,1,2,3,5 -> "0-3,5"."""
-    out: list[str] = []
-    for r in sorted(set(ranks)):
-        if out and out[-1].split("-")[-1] == str(r - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{r}"
-        else:
-            out.append(str(r))
-    return ",".join(out)
-
-
-def text_header(first_ts: int | None, utc_offset_s: int, hosts: list[str], ranks: list[int], corrected: bool) -> bytes:
+def text_header(first_ts: int | None, utc_offset_s: int, hosts: list[str], files: int, corrected: bool) -> bytes:
     local = _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=(first_ts or 0) + utc_offset_s * 10**6)
     sign, off = ("+" if utc_offset_s >= 0 else "-"), abs(utc_offset_s) // 60
     clock = "clocks corrected to rank 0" if corrected else "no clock correction"
     return (f"Log file created at: {local:%Y/%m/%d %H:%M:%S}\n"
             f"Running on machine: {','.join(hosts) or 'unknown'}\n"
-            f"{MERGED_MARK} ranks {format_ranks(ranks)}, {clock}, times in UTC{sign}{off // 60:02d}:{off % 60:02d}\n"
+            f"{MERGED_MARK} {files} file{'s' * (files != 1)}, {clock}, times in UTC{sign}{off // 60:02d}:{off % 60:02d}\n"
             f"{_HEADER_FORMAT}").encode()
 
 

@@ -140,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
             writer: Writer = JsonWriter(fd)
         else:
             hosts = sorted({s.host for s in sources if s.host})
-            ranks = {r for s in sources for r in s.counts.records} | {s.rank for s in sources if s.rank is not None}
-            writer = Writer(fd, text_header(merge.first_ts, zone, hosts, ranks, not args.no_clock_correction))
+            writer = Writer(fd, text_header(merge.first_ts, zone, hosts, len(sources), not args.no_clock_correction))
         try:
             for batch in merge.batches(select):
                 writer.write(batch)

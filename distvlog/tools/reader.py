@@ -34,6 +34,7 @@ from ._record import Record
 __all__ = ["Block", "Counts", "Record", "Source", "open_sources", "parse_rank_of", "read_records"]
 
 CHUNK = SLOT_BYTES - PAD
+HEAD_BYTES = 64 << 10  # read at least this much first: the header and first records tell the format
 _TAG = re.compile(rb"\] \[rank (\d+)\] ")
 Alloc = Callable[[int], Slot]
 
@@ -46,17 +47,17 @@ class Source:
         self.stream, self.size = open_input(file)
         self._raw = getattr(self.stream, "fileobj", None) or self.stream
         self.counts = Counts()
-        self.eof = self._done = False
+        self._stream_done = self._done = False
         self.meta: dict | None = None
         self.host: str | None = None
         self.utc_offset_s: int | None = None  # None until open_sources picks one for a foreign file
         self.clock = _header.Clock()
         self.display_offset_s: int | None = None  # set by merge: the time zone its output shows
-        self._started = False
-        first = np.empty(CHUNK + PAD, np.uint8)
-        n = self._fill(first, 0, CHUNK)
-        self._started = True
-        self._carry = first[:n]
+        self._head = np.zeros(0, np.uint8)  # read ahead to learn the format; blocks take it first
+        self._carry, self._opening = self._head, True
+        first = np.empty(HEAD_BYTES + PAD, np.uint8)
+        n = self._fill(first, 0, HEAD_BYTES)
+        self._head, self._opening = first[:n], False
         self.kind = "jsonl" if first[:n].tobytes().lstrip()[:1] == b"{" else "glog"
         self._rank_rule: RankRule | None = None
         self._calendar: Calendar | None = None
@@ -120,19 +121,25 @@ class Source:
         self._variant = variant
 
     # -- reading -----------------------------------------------------------------------------------------
+    @property
+    def eof(self) -> bool:
+        return self._stream_done and not len(self._head)
+
     def _fill(self, view: np.ndarray, at: int, cap: int) -> int:
+        """Fill view[at:cap] from the read-ahead, then the file; returns the new end."""
+        take = min(cap - at, len(self._head))
+        view[at:at + take] = self._head[:take]
+        self._head, at = self._head[take:], at + take
         mv = memoryview(view)
-        while at < cap:
+        while at < cap and not self._stream_done:
             try:
                 got = self.stream.readinto(mv[at:cap])
             except (OSError, EOFError, zlib.error) as exc:
-                if not self._started:
+                if self._opening:  # the file as a whole is unreadable
                     raise InputError(f"{self.path}: cannot read ({exc})") from None
                 self.counts.skipped[f"unreadable rest of the file ({exc})"] += 1
                 got = 0
-            if not got:
-                self.eof = True
-                break
+            self._stream_done = not got
             at += got
         return at
 
@@ -150,9 +157,8 @@ class Source:
         carry = self._carry
         size = max(CHUNK, 2 * len(carry))
         slot = alloc(size + PAD)
-        cap = len(slot.view) - PAD
         slot.view[:len(carry)] = carry
-        n = self._fill(slot.view, len(carry), cap)
+        n = self._fill(slot.view, len(carry), size)
         try:
             block = self._parse(slot, n, alloc)
         except LookupError:
@@ -171,7 +177,7 @@ class Source:
         else:
             parsed = self._glog_parser().parse(slot.view, n, self.eof)
             text, objs = parsed.data, None
-        self._carry = slot.view[parsed.carry_from:n].copy()
+        self._carry = parsed.carry
         self.counts.add(parsed.counts)
         ts = parsed.ts if self.kind == "glog" else self.clock.correct(parsed.ts)
         if text is not slot.view:  # rewritten records: into a slot of their own

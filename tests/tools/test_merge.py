@@ -1,0 +1,213 @@
+"""`distvlog merge`: one timeline from many ranks, every record once and whole, in corrected time order."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tools_logfiles import T0, expected_tags, ours
+
+from distvlog.tools import _kway, reader
+from distvlog.tools.reader import open_sources, read_records
+
+RECORD_START = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} ", re.M)
+TAG = re.compile(r"r(\d+)t\d+i\d+")
+
+
+def split_records(text: str) -> list[str]:
+    starts = [m.start() for m in RECORD_START.finditer(text)]
+    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+
+
+def read_back(path) -> list:
+    return list(read_records(open_sources([str(path)])))
+
+
+def test_round_trip_every_record_once_whole_and_in_order(tmp_path, cli, glog_run):
+    code, _, err = cli("merge", glog_run, "-o", tmp_path / "m.log")
+    assert code == 0
+    text = (tmp_path / "m.log").read_text()
+    assert text.startswith("Log file created at: ") and "Merged by distvlog: 4 files" in text
+    records = split_records(text)
+    tags = [TAG.search(r).group(0) for r in records if "distvlog-meta" not in r]
+    assert sorted(tags) == sorted(expected_tags(4, 40))  # each exactly once
+    for r in records:
+        rank = re.search(r"\] \[rank (\d+)\] ", r).group(1)
+        if (m := TAG.search(r)) is not None:
+            assert m.group(1) == rank
+        if " multi " in r:
+            tag = TAG.search(r).group(0)
+            assert r.endswith(f"  second line of {tag}\n  third line of {tag}\n")
+    back = read_back(tmp_path / "m.log")
+    keys = [(rec.ts, rec.rank) for rec in back]
+    assert keys == sorted(keys) and len(back) == len(records)  # time order, ties by rank
+    assert "484 records from 4 files (rank 0: 121, rank 1: 121, rank 2: 121, rank 3: 121)" in err
+    assert err.count("\n") == 1 and "0 lines skipped" in err
+
+
+def test_skewed_clocks_are_corrected_and_the_output_shows_corrected_times(tmp_path, cli):
+    ahead = 5_000_000  # rank 1's clock runs 5 s ahead of rank 0's
+    (tmp_path / "rank-0.log").write_text(ours(0, [(T0 + 1000 * i, f"I r0 {i}") for i in range(0, 10, 2)]))
+    (tmp_path / "rank-1.log").write_text(ours(1, [(T0 + ahead + 1000 * i, f"I r1 {i}") for i in range(1, 10, 2)],
+                                              clock=(f"{-ahead}.0 20.0 {T0 + ahead}", "")))
+    cli("merge", tmp_path, "-o", tmp_path / "m.log")
+    order = re.findall(r"\] (r\d \d)$", (tmp_path / "m.log").read_text(), re.M)
+    assert order == [f"r{i % 2} {i}" for i in range(10)]
+    assert [rec.ts for rec in read_back(tmp_path / "m.log") if rec.event.startswith("r")] == [
+        T0 + 1000 * i for i in range(10)]
+    cli("merge", tmp_path, "-o", tmp_path / "raw.log", "--no-clock-correction")
+    order = re.findall(r"\] (r\d \d)$", (tmp_path / "raw.log").read_text(), re.M)
+    assert order == [f"r0 {i}" for i in range(0, 10, 2)] + [f"r1 {i}" for i in range(1, 10, 2)]
+
+
+def test_foreign_glog_mixed_with_ours_and_gz(tmp_path, cli):
+    (tmp_path / "rank-0.log").write_text(ours(0, [(T0 + 10, "I ours first"), (T0 + 30, "W ours second")]))
+    with gzip.open(tmp_path / "rank-1.log.gz", "wt") as f:
+        f.write(ours(1, [(T0 + 20, "I gz rank one")]))
+    (tmp_path / "nccl.log").write_text("[I1130 02:11:14.000025 77 ProcessGroupNCCL.cpp:9] [PG 0 Rank 2] pg ready\n")
+    (tmp_path / "worker.log").write_text("E1130 02:11:14.000040 88 op.cc:3] paddle error\n  detail\n")
+    code, out, err = cli("merge", tmp_path / "rank-0.log", tmp_path / "rank-1.log.gz", tmp_path / "nccl.log",
+                         tmp_path / "worker.log", "--rank-of", "worker.log=3")
+    assert code == 0
+    lines = [line for line in out.splitlines() if RECORD_START.match(line) and "distvlog-meta" not in line]
+    assert [line[22:] for line in lines] == [
+        "100 t.py:1] [rank 0] ours first", "101 t.py:1] [rank 1] gz rank one",
+        "77 ProcessGroupNCCL.cpp:9] [rank 2] [PG 0 Rank 2] pg ready", "100 t.py:1] [rank 0] ours second",
+        "88 op.cc:3] [rank 3] paddle error"]
+    assert out.endswith("paddle error\n  detail\n") and "rank 3: 1" in err
+
+
+def test_json_lines_output(tmp_path, cli, jsonl_run):
+    code, out, _ = cli("merge", jsonl_run, "--format", "jsonl")
+    objs = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [o["ts"] for o in objs] == sorted(o["ts"] for o in objs)
+    assert sorted(TAG.search(o["event"]).group(0) for o in objs if o["event"] != "distvlog-meta") == sorted(
+        expected_tags(2, 20))
+    plain = next(o for o in objs if o["event"].startswith("plain"))
+    assert plain["v"] == 4 and plain["world_size"] == 2 and isinstance(plain["step"], int)
+
+
+@pytest.mark.parametrize("args, keep", [
+    (["--ranks", "0,2-3"], lambda rank, kind, i: rank in (0, 2, 3)),
+    (["--min-severity", "W"], lambda rank, kind, i: kind == "warn"),
+    (["--min-v", "4"], lambda rank, kind, i: kind == "plain"),
+    (["--max-v", "3"], lambda rank, kind, i: kind != "plain"),
+    (["--grep", r"second line of r1t0"], lambda rank, kind, i: kind == "multi" and rank == 1 and i[0] == "0"),
+    (["--node", "mul*"], lambda rank, kind, i: kind == "warn"),
+])
+def test_filters(cli, glog_run, args, keep):
+    code, out, err = cli("merge", glog_run, *args)
+    got = sorted(f"{m.group(1)} {m.group(2)}" for m in re.finditer(r"\] \[rank \d+\] (\w+) (r\d+t\d+i\d+)", out))
+    want = sorted(f"{kind} {tag}" for tag in expected_tags(4, 40)
+                  for kind in [_kind(int(tag.split("i")[1]))] if keep(int(tag[1]), kind, tag.split("t")[1]))
+    assert code == 0 and got == want and "filtered out" in err
+
+
+def _kind(i: int) -> str:
+    return "multi" if i % 5 == 0 else "warn" if i % 13 == 0 else "plain"
+
+
+def test_since_and_until_take_time_of_day_or_a_full_time(tmp_path, cli):
+    (tmp_path / "rank-0.log").write_text(ours(0, [(T0 + 10**6 * s, f"I second {s}") for s in range(6)]))
+    _, out, _ = cli("merge", tmp_path, "--since", "02:11:15", "--until", "2026-11-30 02:11:17")
+    assert re.findall(r"second (\d)", out) == ["1", "2", "3"]
+    _, out, _ = cli("merge", tmp_path, "--since", "1130 02:11:18.5")
+    assert re.findall(r"second (\d)", out) == ["5"]
+
+
+def test_merged_output_reads_back_as_the_same_records(tmp_path, cli, glog_run, monkeypatch):
+    cli("merge", glog_run, "-o", tmp_path / "m.log")
+    original = sorted((r.ts, r.rank, r.event) for r in read_records(open_sources([str(glog_run)])))
+    monkeypatch.setattr(reader, "CHUNK", 300)  # and through many small blocks
+    assert sorted((r.ts, r.rank, r.event) for r in read_back(tmp_path / "m.log")) == original
+    code, _, _ = cli("merge", tmp_path / "m.log", "-o", tmp_path / "again.log")
+    body = [(tmp_path / name).read_text().split("msg\n", 1)[1] for name in ("again.log", "m.log")]
+    assert code == 0 and body[0] == body[1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.log"], "missing.log: no such file"),
+    (["empty.log"], "empty.log: empty file"),
+    (["nologs"], "no distvlog logs"),
+    (["binary.log"], "not a glog or JSON-lines log"),
+    (["foreign.log"], "pass --rank-of"),
+    (["rank-0.log", "--rank-of", "x"], "--rank-of 'x'"),
+    (["rank-0.log", "--ranks", "2-1"], "--ranks '2-1'"),
+    (["rank-0.log", "--grep", "("], "--grep '('"),
+    (["rank-0.log", "--since", "yesterday"], "--since 'yesterday'"),
+    (["rank-0.log", "-o", "rank-0.log"], "one of the input files"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, cli, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.log").write_bytes(b"")
+    (tmp_path / "nologs").mkdir()
+    (tmp_path / "binary.log").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "foreign.log").write_text("I1130 02:11:14.940652 1 a.cc:1] no rank here\n")
+    (tmp_path / "rank-0.log").write_text(ours(0, [(T0, "I fine")]))
+    code, out, err = cli("merge", *args)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["binary.log", "empty.log", "foreign.log", "nologs",
+                                                          "rank-0.log"]  # no partial output left behind
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.booleans()), max_size=40), min_size=1, max_size=4),
+       st.integers(120, 600))
+def test_any_interleaving_through_tiny_blocks_is_a_stable_sort(tmp_path_factory, streams, chunk):
+    """Monotonic per-rank streams, random gaps and ties, multi-line records, blocks of a few records."""
+    tmp = tmp_path_factory.mktemp("prop")
+    expected = []
+    for rank, gaps in enumerate(streams):
+        ts, recs = T0, []
+        for i, (gap, multi) in enumerate(gaps):
+            ts += gap
+            recs.append((ts, f"I r{rank} n{i}" + ("\nmore of r%d n%d" % (rank, i) if multi else "")))
+            expected.append((ts, rank, i))
+        (tmp / f"rank-{rank}.log").write_text(ours(rank, recs, host="h"))
+    old = reader.CHUNK
+    reader.CHUNK = chunk
+    try:
+        from distvlog.cli import main
+
+        assert main(["merge", str(tmp), "-o", str(tmp / "out.log")]) == 0
+    finally:
+        reader.CHUNK = old
+    text = (tmp / "out.log").read_text()
+    got = [(int(r), int(i)) for r, i in re.findall(r"\] r(\d+) n(\d+)", text)]
+    assert got == [(rank, i) for _, rank, i in sorted(expected)]
+    assert text.count("\nmore of ") == sum(m for gaps in streams for _, m in gaps)
+
+
+def test_lines_out_of_order_beyond_the_slack_are_written_late_and_counted(tmp_path, cli, monkeypatch):
+    recs = [(T0 + 100 * i, f"I a{i}") for i in range(200)] + [(T0 + 50, "I late")]
+    (tmp_path / "rank-0.log").write_text(ours(0, recs))
+    monkeypatch.setattr(reader, "CHUNK", 500)
+    monkeypatch.setattr(_kway, "MAX_SLACK_US", 0)
+    code, out, err = cli("merge", tmp_path)
+    assert code == 0 and "late" in out and "1 records written late" in err and out.count("] a") == 200
+
+
+@pytest.mark.skipif(shutil.which("lnav") is None, reason="lnav is not installed")
+def test_lnav_reads_every_merged_record_with_its_level(tmp_path, cli, glog_run):
+    cli("merge", glog_run, "-o", tmp_path / "m.log")
+    text = (tmp_path / "m.log").read_text()
+    proc = subprocess.run(["lnav", "-n", "-c", ";SELECT log_level, log_body FROM all_logs", "-c",
+                           ":write-csv-to -", str(tmp_path / "m.log")], capture_output=True, text=True, timeout=120,
+                          env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    header, records = rows[:4], rows[4:]
+    assert all(r["log_level"] == "unknown" for r in header)  # glog's header lines
+    levels = {"I": "info", "W": "warning", "E": "error", "F": "fatal"}
+    expected = split_records(text)
+    assert len(records) == len(expected)
+    for row, rec in zip(records, expected):
+        assert row["log_level"] == levels[rec[0]]
+        assert row["log_body"].startswith("[rank ") and row["log_body"] == rec.split("] ", 1)[1].rstrip("\n")

@@ -1,0 +1,187 @@
+"""The shared record reader: our files (glog, JSON lines), foreign glog, years, clocks, damage, bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import re
+import shutil
+
+import pytest
+
+from distvlog._errors import InputError
+from distvlog.tools import reader
+from distvlog.tools.reader import open_sources, read_records
+
+from tools_logfiles import DATA, T0, expected_tags, ours
+
+TAG = re.compile(r"r(\d+)t\d+i\d+")
+
+
+def records(paths, **kw):
+    return list(read_records(open_sources([str(p) for p in paths], **kw)))
+
+
+def utc(*args) -> int:
+    return int(dt.datetime(*args, tzinfo=dt.timezone.utc).timestamp() * 10**6)
+
+
+@pytest.mark.parametrize("run", ["glog_run", "jsonl_run"])
+def test_our_files_every_record_whole_with_fields(run, request):
+    run_dir = request.getfixturevalue(run)
+    ranks, n = (4, 40) if run == "glog_run" else (2, 20)
+    recs = [r for r in records([run_dir]) if r.event != "distvlog-meta"]
+    tags = [TAG.search(r.event).group(0) for r in recs]
+    assert sorted(tags) == sorted(expected_tags(ranks, n))
+    for r in recs:
+        assert int(TAG.search(r.event).group(1)) == r.rank
+        if r.event.startswith("multi"):
+            tag = TAG.search(r.event).group(0)
+            assert r.event == f"multi {tag}\n  second line of {tag}\n  third line of {tag}"
+            assert isinstance(r.fields["step"], int) and r.v is None and r.severity == "I"
+        elif r.event.startswith("plain"):
+            assert r.v == 4 and r.fields["node"].endswith("GradNode")
+        else:
+            assert r.severity == "W"
+    sources = open_sources([str(run_dir)])
+    assert [s.rank for s in sources] == list(range(ranks)) and all(s.meta and s.host for s in sources)
+
+
+def test_glog_and_jsonl_agree(tmp_path):
+    from tools_logfiles import write_run
+
+    for fmt in ("glog", "jsonl"):
+        write_run(tmp_path / fmt, "r", ranks=1, n=12, fmt=fmt)
+    got = {fmt: {TAG.search(r.event).group(0): (r.event, r.fields, r.severity)
+                 for r in records([tmp_path / fmt]) if r.event != "distvlog-meta"} for fmt in ("glog", "jsonl")}
+    assert got["glog"] == got["jsonl"]
+
+
+FOREIGN = {
+    # C++ glog 0.7: the year in the prefix, a padded thread id, a header saying so.
+    "cpp_year.log": ("Log file created at: 2025/12/31 23:59:58\nRunning on machine: gpu7\n"
+                     "Running duration (h:mm:ss): 0:00:00\n"
+                     "Log line format: [IWEF]yyyymmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"
+                     "I20251231 23:59:59.500000  2701 main.cc:10] last of the year\n"
+                     "E20260101 00:00:00.250000  2701 main.cc:11] first of the new year\n  with a second line\n"),
+    # c10d: the prefix in brackets, the rank in the message.
+    "c10d.log": "[I1130 02:11:15.000001 2701 ProcessGroupNCCL.cpp:123] [PG 0 Rank 3] ProcessGroupNCCL initialized\n"
+                "[W1130 02:11:15.000002 2701 ProcessGroupNCCL.cpp:124] [PG 0 Rank 3] watchdog slow\n",
+}
+
+
+def test_foreign_glog_year_tag_and_nccl_rank(tmp_path):
+    for name, text in FOREIGN.items():
+        (tmp_path / name).write_text(text)
+    recs = records([tmp_path / "cpp_year.log", tmp_path / "c10d.log"], rank_of={"cpp_year.log": 5},
+                   clock_correction=False)
+    by_event = {r.event.split("\n")[0]: r for r in recs}
+    assert by_event["last of the year"].ts == utc(2025, 12, 31, 23, 59, 59, 500000) - _local_offset_us()
+    new_year = by_event["first of the new year"]
+    assert (new_year.severity, new_year.rank, new_year.tid, new_year.file, new_year.line) == ("E", 5, 2701, "main.cc", 11)
+    assert new_year.event == "first of the new year\n  with a second line"
+    nccl = by_event["[PG 0 Rank 3] ProcessGroupNCCL initialized"]
+    assert nccl.rank == 3 and nccl.file == "ProcessGroupNCCL.cpp"
+
+
+def _local_offset_us() -> int:
+    import time
+
+    return time.localtime().tm_gmtoff * 10**6
+
+
+def test_year_rolls_over_when_the_month_goes_back_not_at_a_month_end(tmp_path):
+    (tmp_path / "a.log").write_text(
+        "Log file created at: 2025/10/31 23:59:58\n"
+        "I1101 00:00:00.001000 1 a.cc:1] [rank 0] november, thread one\n"
+        "I1031 23:59:59.999000 2 a.cc:1] [rank 0] october, thread two was late\n"
+        "I1231 23:59:59.000000 1 a.cc:1] [rank 0] new year's eve\n"
+        "I0101 00:00:01.000000 1 a.cc:1] [rank 0] new year\n"
+        "I1231 23:59:59.500000 2 a.cc:1] [rank 0] old year, late\n")
+    years = [dt.datetime.fromtimestamp((r.ts + _local_offset_us()) / 1e6, dt.timezone.utc).year
+             for r in records([tmp_path / "a.log"])]
+    assert years == [2025, 2025, 2025, 2026, 2025]
+
+
+def test_paddle_output_and_absl_py(tmp_path):
+    shutil.copy(DATA / "paddle_seed.txt", tmp_path / "workerlog.0")
+    (tmp_path / "absl.log").write_text("I1130 02:11:14.940652 140234567890 train.py:12] absl says hi\n")
+    recs = records([tmp_path / "workerlog.0", tmp_path / "absl.log"], rank_of={"workerlog.0": 0, "absl.log": 1})
+    paddle = [r for r in recs if r.rank == 0]
+    assert len(paddle) == 11  # one per glog line; the printed "4" and the dumps stay in their records
+    assert any(r.event.endswith("this may cause data type been changed.\n4") for r in paddle)
+    begin = next(r for r in paddle if "begin run" in r.event)
+    assert begin.event.startswith("multiply1GradNode(0x15d65c70) begin run")
+    absl = next(r for r in recs if r.rank == 1)
+    assert (absl.tid, absl.file, absl.line, absl.event) == (140234567890, "train.py", 12, "absl says hi")
+    today = dt.date.today()
+    assert dt.datetime.fromtimestamp((absl.ts + _local_offset_us()) / 1e6, dt.timezone.utc).year == (
+        today.year if today.month >= 11 else today.year - 1)
+
+
+def test_clock_offset_interpolated_between_start_and_end_and_clamped(tmp_path):
+    span = 10 * 10**6
+    recs_in = [(T0 - 10**6, "I before"), (T0, "I start"), (T0 + span // 2, "I middle"), (T0 + span, "I end"),
+               (T0 + 2 * span, "I after")]
+    (tmp_path / "rank-1.log").write_text(ours(1, recs_in, clock=(f"1000.0 2.0 {T0}", f"3000.0 2.0 {T0 + span}")))
+    corrected = [r.ts for r in records([tmp_path / "rank-1.log"]) if r.event != "distvlog-meta"]
+    assert corrected == [T0 - 10**6 + 1000, T0 + 1000, T0 + span // 2 + 2000, T0 + span + 3000, T0 + 2 * span + 3000]
+    raw = [r.ts for r in records([tmp_path / "rank-1.log"], clock_correction=False) if r.event != "distvlog-meta"]
+    assert raw == [ts for ts, _ in recs_in]
+
+
+def test_a_forked_child_file_takes_its_parents_clock(tmp_path):
+    (tmp_path / "rank-2.log").write_text(ours(2, [(T0, "I parent")], clock=(f"500.0 1.0 {T0}", "")))
+    (tmp_path / "rank-2.777.log").write_text(ours(2, [(T0, "I child")]))
+    got = {r.event: r.ts for r in records([tmp_path]) if r.event != "distvlog-meta"}
+    assert got == {"parent": T0 + 500, "child": T0 + 500}
+
+
+def test_garbage_and_a_truncated_last_record_are_counted_not_lost(tmp_path):
+    text = ours(0, [(T0, "I first\ncontinued"), (T0 + 1, "I second"), (T0 + 2, "I cut short")])
+    text = text.replace("continued", "continued\n\0\0\0garbage\nstill first") + "partial line without newline"
+    (tmp_path / "rank-0.log").write_text(text)
+    sources = open_sources([str(tmp_path / "rank-0.log")])
+    got = [r.event for r in read_records(sources)][1:]
+    assert got == ["first\ncontinued\nstill first", "second"]
+    counts = sources[0].counts
+    assert counts.skipped == {"binary garbage": 1, "truncated last record": 2} and counts.header == 3
+    assert counts.lines + counts.header + sum(counts.skipped.values()) == text.count("\n") + 1
+
+
+def test_gz_files_and_a_log_root_means_its_latest_run(tmp_path, glog_run):
+    plain = records([glog_run / "rank-1.log"])
+    with open(glog_run / "rank-1.log", "rb") as f, gzip.open(tmp_path / "rank-1.log.gz", "wb") as g:
+        g.write(f.read())
+    assert [(r.ts, r.event) for r in records([tmp_path / "rank-1.log.gz"])] == [(r.ts, r.event) for r in plain]
+    assert len(records([glog_run.parent])) == len(records([glog_run]))
+
+
+def test_small_chunks_give_the_same_records(monkeypatch, glog_run):
+    whole = [(r.ts, r.rank, r.event) for r in records([glog_run])]
+    monkeypatch.setattr(reader, "CHUNK", 200)  # records longer than a chunk: the buffer grows
+    assert [(r.ts, r.rank, r.event) for r in records([glog_run])] == whole
+
+
+@pytest.mark.parametrize("setup, args, kw, message", [
+    (None, ["missing.log"], {}, "no such file"),
+    ({"empty.log": b""}, ["empty.log"], {}, "empty file"),
+    ({"sub/notes.txt": b"x"}, ["sub"], {}, "no distvlog logs"),
+    ({"bin.log": bytes(range(256)) * 4}, ["bin.log"], {}, "not a glog or JSON-lines log"),
+    ({"f.log": b"I1130 02:11:14.940652 1 a.cc:1] no rank anywhere\n"}, ["f.log"], {}, "--rank-of"),
+    ({"f.log": b"I1130 02:11:14.940652 1 a.cc:1] x\n"}, ["f.log"], {"rank_of": {"g.log": 1}}, "not one of the input"),
+])
+def test_unusable_input_is_one_clear_error(tmp_path, monkeypatch, setup, args, kw, message):
+    monkeypatch.chdir(tmp_path)
+    for name, data in (setup or {}).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        records(args, **kw)
+    assert "\n" not in str(err.value)
+
+
+def test_rank_of_cannot_contradict_our_header(tmp_path):
+    (tmp_path / "rank-1.log").write_text(ours(1, [(T0, "I x")]))
+    with pytest.raises(InputError, match="header says rank 1"):
+        records([tmp_path / "rank-1.log"], rank_of={"rank-1.log": 2})
