@@ -1,0 +1,100 @@
+"""`distvlog trace`: valid Chrome trace-event JSON, one process per rank, no partial overlaps on a track."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from tools_logfiles import T0, ours
+
+PHASES = {"X", "i", "M"}
+
+
+def engine_log(rank: int, crash: bool = False) -> str:
+    """A backward pass as the engine logs it: nodes nested in the pass, an allreduce spanning its end."""
+    node = "multiply1GradNode"
+    recs = [
+        (T0 + 0, "I backward begin pass=1 step=7 v=3"),
+        (T0 + 10, f"I {node}(0x7f3a01) begin run node={node} pass=1 v=4"),
+        (T0 + 15, "I allreduce begin step=7 bucket=0 bytes=4096 v=1"),
+        (T0 + 20, f"I grad_stats node={node} slot=x tensor=x@Grad shape=2x3 dtype=float32 norm=1.5 min=-1 max=1 "
+                  "mean=0.1 nan=0 inf=0 checksum=0a0b0c0d step=7 v=5"),
+        (T0 + 30, f"I  node={node} pass=1 v=3\n=====Finish_AD_API_GRAD: multiply_grad====="),
+        (T0 + 40, "W grad norm is large step=7"),
+        (T0 + 50, "I backward end pass=1 v=3"),
+        (T0 + 60, "I allreduce end step=7 bucket=0 v=1"),
+    ]
+    if crash:
+        recs += [(T0 + 70, f"I {node}(0x7f3a02) begin run node={node} pass=2 v=4"), (T0 + 80, "E oom")]
+    return ours(rank, recs, host=f"host{rank}")
+
+
+def check_trace(doc: dict) -> list[dict]:
+    """The trace event format's rules, and no partially overlapping slices on one (pid, tid)."""
+    events = doc["traceEvents"]
+    tracks = defaultdict(list)
+    for e in events:
+        assert e["ph"] in PHASES and isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "process_sort_index", "thread_name", "thread_sort_index")
+            continue
+        assert isinstance(e["name"], str) and isinstance(e["ts"], int) and isinstance(e["args"], dict)
+        if e["ph"] == "X":
+            assert e["dur"] >= 0
+            tracks[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+        else:
+            assert e["s"] == "t"
+    for spans in tracks.values():
+        open_ends: list[int] = []
+        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while open_ends and open_ends[-1] <= start:
+                open_ends.pop()
+            assert not open_ends or end <= open_ends[-1], f"slices overlap on a track: {spans}"
+            open_ends.append(end)
+    return [e for e in events if e["ph"] != "M"]
+
+
+def test_slices_for_nodes_passes_and_buckets_with_args(tmp_path, cli):
+    for rank in range(2):
+        (tmp_path / f"rank-{rank}.log").write_text(engine_log(rank))
+    code, _, err = cli("trace", tmp_path, "-o", tmp_path / "t.json")
+    assert code == 0 and err.count("\n") == 1 and "on 2 rank(s)" in err
+    doc = json.loads((tmp_path / "t.json").read_text())
+    events = check_trace(doc)
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    assert names == {"rank 0 (host0)", "rank 1 (host1)"}
+    rank0 = {e["cat"]: e for e in events if e["pid"] == 0}
+    node, backward, bucket, warn = rank0["node"], rank0["backward"], rank0["allreduce"], rank0["warning"]
+    assert (node["name"], node["ts"], node["dur"]) == ("multiply1GradNode", T0 + 10, 20)
+    assert node["args"]["grad_stats"][0]["norm"] == 1.5 and node["args"]["api"] == "multiply_grad"
+    assert (backward["ts"], backward["dur"], backward["args"]["step"]) == (T0, 50, 7)
+    assert (bucket["ts"], bucket["dur"], bucket["args"]["bucket"]) == (T0 + 15, 45, 0)
+    assert bucket["tid"] != backward["tid"]  # it overlaps the pass's end: its own track of that thread
+    assert warn["ph"] == "i" and warn["ts"] == T0 + 40 and warn["args"]["step"] == 7
+
+
+def test_a_run_left_open_by_a_crash_ends_at_the_ranks_last_record(tmp_path, cli):
+    (tmp_path / "rank-0.log").write_text(engine_log(0, crash=True))
+    cli("trace", tmp_path, "-o", tmp_path / "t.json")
+    events = check_trace(json.loads((tmp_path / "t.json").read_text()))
+    open_run = next(e for e in events if e["cat"] == "node" and e["args"].get("unfinished"))
+    assert (open_run["ts"], open_run["dur"]) == (T0 + 70, 10)
+    assert any(e["cat"] == "error" and e["name"] == "oom" for e in events)
+
+
+def test_max_events_keeps_errors_and_passes_first_and_says_what_it_dropped(tmp_path, cli):
+    (tmp_path / "rank-0.log").write_text(engine_log(0, crash=True))
+    code, _, err = cli("trace", tmp_path, "-o", tmp_path / "t.json", "--max-events", "2")
+    doc = json.loads((tmp_path / "t.json").read_text())
+    kept = sorted(e["cat"] for e in check_trace(doc))
+    assert code == 0 and kept == ["backward", "error"]
+    assert doc["otherData"]["dropped"] == {"allreduce": 1, "warning": 1, "node": 2}
+    assert "dropped 4 over --max-events 2" in err
+
+
+def test_trace_of_real_rank_files_and_bad_input(tmp_path, cli, glog_run):
+    code, _, _ = cli("trace", glog_run, "-o", tmp_path / "t.json")
+    events = check_trace(json.loads((tmp_path / "t.json").read_text()))
+    assert code == 0 and {e["pid"] for e in events} == {0, 1, 2, 3} and all(e["cat"] == "warning" for e in events)
+    code, out, err = cli("trace", tmp_path / "missing", "-o", tmp_path / "x.json")
+    assert code == 2 and err.count("\n") == 1 and "no such file" in err and not (tmp_path / "x.json").exists()
