@@ -13,7 +13,6 @@ import numpy as np
 
 from . import _foreign
 from ._block import Counts
-from ._gather import restamp
 from ._glogscan import Calendar, Variant, line_starts, parse_prefix, windows
 from ._header import Clock, is_header_line
 
@@ -102,9 +101,6 @@ class GlogParser:
     def needs_restamp(self) -> bool:
         return self.display_offset_us is not None and (
             self.ranks is not None or bool(self.clock) or self.display_offset_us != self.utc_offset_us)
-
-    def restamp(self, data: np.ndarray, starts: np.ndarray, ts: np.ndarray) -> None:
-        restamp(data, starts, ts + self.display_offset_us)
 
     def _foreign_ranks(self, data: np.ndarray, n: int, starts: np.ndarray, lay: _foreign.Layout) -> np.ndarray:
         rule = self.ranks

@@ -15,8 +15,7 @@ import orjson
 
 from ..logger._render import _plain
 from ._block import Counts
-from ._header import META_EVENT
-from ._record import CORE
+from ._record import CORE, META_EVENT
 
 _PLACEHOLDER = "0" * 20  # the timestamp, written afterwards by _gather.restamp
 
@@ -37,7 +36,7 @@ def render(obj: dict[str, Any], rank: int) -> str:
     """The glog text of a JSON-lines record (timestamp left as a placeholder)."""
     event = obj.get("event")
     event = "" if event is None else event if isinstance(event, str) else str(event)
-    if event == META_EVENT.decode() and isinstance(obj.get("meta"), dict):
+    if event == META_EVENT and isinstance(obj.get("meta"), dict):
         event += " " + json.dumps(obj["meta"], separators=(",", ":"))
         pairs = ""
     else:

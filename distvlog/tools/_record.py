@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import _header
+
 _PREFIX = re.compile(r"([IWEF])\d{4} [\d:.]{15} +(\S+) (.*?):(\d+)\] (?:\[rank \d+\] )?")
 # The structured fields: logfmt pairs ending the first line of the message (values with spaces,
 # quotes or '=' are JSON strings).
 _PAIRS = re.compile(r'(?:^| )((?:[^\s="]+=(?:"(?:[^"\\]|\\.)*"|[^\s"=]*)(?: |$))+)$')
 _PAIR = re.compile(r'([^\s="]+)=("(?:[^"\\]|\\.)*"|[^\s"=]*)')
-META_EVENT = "distvlog-meta"
+META_EVENT = _header.META_EVENT.decode()
 _META_PREFIX = META_EVENT + " {"
 CORE = ("ts", "severity", "v", "rank", "world_size", "tid", "file", "line", "event")
 
