@@ -42,6 +42,11 @@ def _spread(what: str, values: list[Any]) -> str:
     return ", ".join(f"{what} {value} on {ranks_text(ranks)}" for value, ranks in _groups(values))
 
 
+def _first(items: list[str]) -> list[str]:
+    """At most MAX_LISTED items, then how many more there are."""
+    return items[:MAX_LISTED] + ([f"... {len(items) - MAX_LISTED} more"] if len(items) > MAX_LISTED else [])
+
+
 def _have(ranks: list[int]) -> str:
     return "has" if len(ranks) == 1 else "have"
 
@@ -64,7 +69,7 @@ def _layout_text(layouts: list[tuple]) -> str:
             elif mine[1:] != ref[1:]:
                 diffs.append(f"{ref[0]}: {list(ref[1])} {ref[2]} on {ranks_text(ref_ranks)}, "
                              f"{list(mine[1])} {mine[2]} on {ranks_text(ranks)}")
-        parts.extend(diffs[:MAX_LISTED] + ([f"... {len(diffs) - MAX_LISTED} more"] if len(diffs) > MAX_LISTED else []))
+        parts.extend(_first(diffs))
     return "; ".join(parts)
 
 
@@ -124,8 +129,6 @@ class Checks:
                 differing.append(f"{name} differs on {ranks_text(r for _, rs in groups[1:] for r in rs)} "
                                  f"({ranks_text(groups[0][1])} agree)")
         if differing:
-            listed = differing[:MAX_LISTED] + ([f"... {len(differing) - MAX_LISTED} more"]
-                                               if len(differing) > MAX_LISTED else [])
             raise DataParallelError(f"parameters are not identical across replicas at step {step}: "
-                                    + "; ".join(listed))
+                                    + "; ".join(_first(differing)))
         return hashlib.blake2b("".join(digests).encode(), digest_size=16).hexdigest()

@@ -22,14 +22,15 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import InputError
 from ..dist.comm import ranks_text
-from .reader import Record, open_sources, read_records
+from .reader import open_sources, read_records
 
-_WANTED = re.compile(rb"\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) |\"event\":\"(?:grad_stats|allreduce)")
+_WANTED = re.compile(rb'\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) '  # glog text
+                     rb'|"event":"(?:grad_stats|allreduce)')  # JSON lines
 MAX_LISTED = 10
 
 
@@ -67,6 +68,10 @@ def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) else default
 
 
+def _float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
 def load(paths: list[str]) -> Logs:
     """The records `diff` needs, from every file PATH names."""
     logs = Logs()
@@ -82,7 +87,8 @@ def load(paths: list[str]) -> Logs:
             run_key = (rec.rank, f.get("node"), f.get("pass"))
             run = runs.setdefault(run_key, len(runs))
             logs.stats[rec.rank].append(Stat(rec.rank, step, str(f.get("node")), str(f.get("slot")), f.get("site"),
-                                             _float(f.get("norm")), _int(f.get("nan")), _int(f.get("inf")), rec.ts, run))
+                                             _float(f.get("norm")), _int(f.get("nan")), _int(f.get("inf")), rec.ts,
+                                             run))
         elif "bucket" in f and "step" in f:
             key = (_int(f["step"]), _int(f["bucket"]))
             if rec.event.startswith("allreduce begin"):
@@ -97,16 +103,12 @@ def load(paths: list[str]) -> Logs:
     return logs
 
 
-def _float(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) else math.nan
-
-
 # -- the checks ----------------------------------------------------------------------------------------
 def nan_origins(logs: Logs) -> list[dict]:
     """Per rank, the first logged node that turned finite gradients into NaN/Inf (or, when none did in the
     logged region, the first non-finite gradient seen), earliest first."""
     found = []
-    for rank, stats in logs.stats.items():
+    for stats in logs.stats.values():
         incoming: dict[int, bool] = {}  # run -> its grad_out was finite
         first_bad = None
         for s in stats:
@@ -235,7 +237,7 @@ def render_text(r: dict) -> str:
     lines = [f"{len(r['ranks'])} ranks, {r['grad_stats']} gradient statistics, {r['allreduces']} allreduces "
              f"(steps from {r['steps_from']})"]
     for i, o in enumerate(r["nan_origins"][:MAX_LISTED]):
-        note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer was not logged)"
+        note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer is not logged)"
         lines.append(f"{'' if i == 0 else '  then '}NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} "
                      f"{o['slot']}{_where(o)}: {o['nan']} NaN, {o['inf']} Inf{note}")
     for d in r["desync"]:

@@ -99,7 +99,8 @@ def test_norm_outlier(tmp_path, capsys):
     logs = write_logs(tmp_path, {0: backward(0), 1: backward(0, norm=1.3), 2: backward(0, norm=250.0)})
     assert main(["diff", "--outlier-factor", "100", logs]) == 1
     out = capsys.readouterr().out
-    assert "outlier: rank 2 step 0 matmul1GradNode grad_out (forward at model.py:7): norm 250, median over ranks 1.3" in out
+    assert ("outlier: rank 2 step 0 matmul1GradNode grad_out (forward at model.py:7): norm 250, median over ranks 1.3"
+            in out)
     assert "rank 1" not in out
 
 
@@ -121,7 +122,8 @@ def test_json_lines_logs(tmp_path, capsys):
                                  "nan": nan, "inf": 0, "step": 0}))
     (tmp_path / "rank-1.jsonl").write_text("\n".join(lines) + "\n")
     assert main(["diff", str(tmp_path / "rank-1.jsonl")]) == 1
-    assert "NaN/Inf origin: rank 1 step 0 log1GradNode grad_x (forward at m.py:3): 3 NaN, 0 Inf" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "NaN/Inf origin: rank 1 step 0 log1GradNode grad_x (forward at m.py:3): 3 NaN, 0 Inf" in out
 
 
 @pytest.mark.parametrize("args,message", [
