@@ -11,16 +11,13 @@ import traceback
 from typing import Any, Callable
 
 import structlog
-import structlog.contextvars
 
 from . import _rules
-from ._processors import add_callsite, add_record_fields, skip_frames_of
+from ._processors import CONTEXT, add_record_fields, skip_frames_of
 from ._sink import SINK
 
 Processor = Callable[[Any, str, dict], Any]
-# merge_contextvars first: `bind_context(step=...)` reaches every record of this context, engine lines too.
-PROCESSORS: list[Processor] = [structlog.contextvars.merge_contextvars, add_callsite, add_record_fields,
-                               SINK.renderer]
+PROCESSORS: list[Processor] = [add_record_fields, SINK.renderer]
 
 
 class _ModuleLogger:
@@ -34,11 +31,11 @@ class _ModuleLogger:
         self.warning = self.error = self.critical = SINK.write_urgent
 
 
-class Logger(structlog.BoundLoggerBase):
-    """A bound logger: `info/warning/error/critical`, `debug` (= vlog 1) and `vlog(level, event, **fields)`."""
+def _emitter(method: str) -> Callable[..., None]:
+    """One log method: structlog's processor chain, without re-packing keyword arguments on the hot path
+    (the methods are generated, as structlog's own filtering loggers are, to save a call per record)."""
 
-    def _emit(self, method: str, event: Any, fields: dict[str, Any]) -> None:
-        """structlog's processor chain, without re-packing the keyword arguments on the hot path."""
+    def emit(self: Logger, event: Any = None, **fields: Any) -> None:
         ed = {**self._context, **fields} if self._context else fields
         ed["event"] = event
         try:
@@ -50,32 +47,33 @@ class Logger(structlog.BoundLoggerBase):
             ed = (ed if isinstance(ed, str) else str(ed)).encode() + b"\n"
         getattr(self._logger, method)(ed)
 
-    def info(self, event: Any = None, **fields: Any) -> None:
-        self._emit("info", event, fields)
+    emit.__name__ = emit.__qualname__ = method
+    return emit
 
-    def warning(self, event: Any = None, **fields: Any) -> None:
-        self._emit("warning", event, fields)
 
-    def error(self, event: Any = None, **fields: Any) -> None:
-        self._emit("error", event, fields)
+class Logger(structlog.BoundLoggerBase):
+    """A bound logger: `info/warning/error/critical`, `debug` (= vlog 1) and `vlog(level, event, **fields)`."""
 
-    def critical(self, event: Any = None, **fields: Any) -> None:
-        self._emit("critical", event, fields)
+    info = _emitter("info")
+    warning = _emitter("warning")
+    error = _emitter("error")
+    critical = _emitter("critical")
+    _vlog = _emitter("vlog")
 
     def exception(self, event: Any = None, **fields: Any) -> None:
         """An error record with the current exception's traceback as continuation lines."""
-        self._emit("error", f"{event or ''}\n{traceback.format_exc().rstrip()}", fields)
+        self.error(f"{event or ''}\n{traceback.format_exc().rstrip()}", **fields)
 
     def vlog(self, level: int, event: Any = None, **fields: Any) -> None:
         """glog's VLOG(level): logged when the module's verbosity is at least `level`."""
         if level > _rules.ceiling or level > _rules.level_for(self._logger.name):
             return
-        self._emit("vlog", event, {"v": level, **fields})
+        self._vlog(event, v=level, **fields)
 
     def vlog_at(self, level: int, event: Any = None, **fields: Any) -> None:
         """Write a VLOG record of `level` without consulting the rules: the caller has decided (the engine,
         for a node tagged by backward_vlog_guard)."""
-        self._emit("vlog", event, {"v": level, **fields})
+        self._vlog(event, v=level, **fields)
 
     def debug(self, event: Any = None, **fields: Any) -> None:
         self.vlog(1, event, **fields)
@@ -88,8 +86,7 @@ class Logger(structlog.BoundLoggerBase):
     fatal = critical
 
 
-skip_frames_of(Logger._emit, Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logger.info, Logger.warning,
-               Logger.error, Logger.critical)
+skip_frames_of(Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logger._vlog)
 _loggers: dict[str, Logger] = {}
 
 
@@ -104,12 +101,13 @@ def get_logger(name: str | None = None, **initial_values: Any) -> Logger:
 
 
 def bind_context(**fields: Any) -> None:
-    """Add fields (e.g. `step=12`) to every record logged from this thread / async context on."""
-    structlog.contextvars.bind_contextvars(**fields)
+    """Add fields (e.g. `step=12`) to every record logged from this thread / async context on.
+    (For structlog's own `bind_contextvars`, add `structlog.contextvars.merge_contextvars` as a processor.)"""
+    CONTEXT.set({**CONTEXT.get(), **fields})
 
 
 def unbind_context(*keys: str) -> None:
-    structlog.contextvars.unbind_contextvars(*keys)
+    CONTEXT.set({k: v for k, v in CONTEXT.get().items() if k not in keys})
 
 
 def add_processor(processor: Processor) -> None:

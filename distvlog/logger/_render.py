@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ._processors import now_us
+
 from ._clock import now_us
 
 FORMAT_VERSION = 1
@@ -30,7 +32,7 @@ CLOCK_SLOTS = ("clock_start", "clock_end")
 _ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS
 
 
-def _plain(value: Any) -> str:
+def logfmt_value(value: Any) -> str:
     """A logfmt value: bare when it has no spaces, quotes or '=', else a JSON string."""
     kind = type(value)
     if kind is int or kind is float or kind is bool or value is None:
@@ -40,47 +42,47 @@ def _plain(value: Any) -> str:
     return json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else text
 
 
-class _SecondCache:
-    """`mmdd hh:mm:ss` for the current second, computed once per second."""
-
-    __slots__ = ("sec", "text")
-
-    def __init__(self) -> None:
-        self.sec = -1
-        self.text = ""
-
-    def prefix(self, ts_us: int) -> tuple[str, int]:
-        sec, us = divmod(ts_us, 1_000_000)
-        if sec != self.sec:
-            self.text = time.strftime("%m%d %H:%M:%S", time.localtime(sec))
-            self.sec = sec
-        return self.text, us
+_DIGITS3 = [f"{i:03d}" for i in range(1000)]
 
 
 class GlogRenderer:
-    """glog text, byte-compatible with glog so lnav's glog format, grep and sort keep working."""
+    """glog text, byte-compatible with glog so lnav's glog format, grep and sort keep working.
+
+    Everything but the microseconds and the message is cached: `Lmmdd hh:mm:ss.` per second and severity,
+    ` tid file:line] [rank R] ` per thread and call site."""
 
     suffix = ".log"
 
     def __init__(self) -> None:
-        self._clock = _SecondCache()
+        self._second = -1
+        self._heads: dict[str, str] = {}
+        self._sites: dict[tuple, str] = {}
 
     def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
-        stamp, us = self._clock.prefix(ed["ts"])
+        second, us = divmod(ed["ts"], 1_000_000)
+        if second != self._second:
+            stamp = time.strftime("%m%d %H:%M:%S", time.localtime(second))
+            self._heads = {sev: f"{sev}{stamp}." for sev in "IWEF"}
+            self._second = second
+        key = (ed["tid"], ed["file"], ed["line"], ed["rank"])
+        site = self._sites.get(key)
+        if site is None:
+            if len(self._sites) > 100_000:
+                self._sites.clear()
+            site = self._sites[key] = f" {key[0]} {key[1]}:{key[2]}] [rank {key[3]}] "
         event = ed["event"]
         if type(event) is not str:
             event = "" if event is None else str(event)
         if len(ed) > len(CORE_FIELDS):
-            pairs = "".join([f" {k}={_plain(v)}" for k, v in ed.items() if k not in CORE_FIELDS])
+            pairs = "".join([f" {k}={v}" if type(v) is int or type(v) is float else f" {k}={logfmt_value(v)}"
+                             for k, v in ed.items() if k not in CORE_FIELDS])
             if "\n" in event:
                 first, _, rest = event.partition("\n")
                 event = f"{first}{pairs}\n{rest}"
             else:
                 event += pairs
-        return (
-            f"{ed['severity']}{stamp}.{us:06d} {ed['tid']} {ed['file']}:{ed['line']}] "
-            f"[rank {ed['rank']}] {event}\n"
-        ).encode("utf-8", "backslashreplace")
+        return (f"{self._heads[ed['severity']]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}{event}\n"
+                ).encode("utf-8", "backslashreplace")
 
     def header(self, meta: dict[str, Any]) -> bytes:
         created = time.localtime(meta["created_us"] // 1_000_000)

@@ -36,16 +36,14 @@ class RankFile:
         self.echo_all = os.environ.get("DISTVLOG_ALSOLOGTOSTDERR", "") not in ("", "0")
         self.on_open: list = []  # called with the sink once its file exists (lifecycle hooks)
         self._reset()
-        self._pending_clock: dict[str, str] = {}
+        self._clock: dict[str, str] = {}  # header clock slots measured so far (kept by a forked child)
         self._deferred_signal: tuple | None = None
-        self._in_write = False
         os.register_at_fork(before=self._before_fork, after_in_parent=self._lock_release,
                             after_in_child=self._after_fork_child)
 
     def _reset(self) -> None:
-        self._lock = threading.Lock()
-        self._buf: list[bytes] = []
-        self._size = 0
+        self._lock = threading.RLock()  # an RLock knows its owner: see flush_for_signal
+        self._buf = bytearray()  # whole records only
         self._fd = -1
         self._child = False
 
@@ -66,14 +64,11 @@ class RankFile:
     # -- the structlog logger interface ------------------------------------------------------------
     def write(self, record: bytes) -> None:
         with self._lock:
-            self._in_write = True
             if self._fd < 0:
                 self._open()
-            self._buf.append(record)
-            self._size += len(record)
-            if self._size >= self.buffer_bytes:
+            self._buf += record
+            if len(self._buf) >= self.buffer_bytes:
                 self._flush_locked()
-            self._in_write = False
         if self.echo_all:
             _echo(record)
         if self._deferred_signal:
@@ -82,29 +77,23 @@ class RankFile:
     def write_urgent(self, record: bytes) -> None:
         """WARNING and above: flushed at once and echoed to stderr."""
         with self._lock:
-            self._in_write = True
             if self._fd < 0:
                 self._open()
-            self._buf.append(record)
+            self._buf += record
             self._flush_locked()
-            self._in_write = False
         _echo(record)
         if self._deferred_signal:
             self._redeliver()
 
     def flush(self) -> None:
         with self._lock:
-            self._in_write = True
             self._flush_locked()
-            self._in_write = False
 
     # -- internals -----------------------------------------------------------------------------------
     def _flush_locked(self) -> None:
         if self._buf:
-            data = b"".join(self._buf)
-            self._buf = []
-            self._size = 0
-            _write_all(self._fd, data)
+            _write_all(self._fd, self._buf)
+            self._buf = bytearray()
 
     def _open(self) -> None:
         ident = IDENTITY
@@ -115,7 +104,7 @@ class RankFile:
         fd, path, rid = _rundir.create_rank_file(root, run_id, stem, self.renderer.suffix, ident.pid)
         meta = _render.make_meta(rank=ident.rank, world_size=ident.world_size, host=ident.host, pid=ident.pid,
                                  tid=threading.get_native_id(), run_id=rid, fmt=self.format)
-        meta.update(self._pending_clock)
+        meta.update(self._clock)
         header = self.renderer.header(meta)
         _write_all(fd, header)
         self._fd, self.path, self.run_id, self.root = fd, path, rid, root
@@ -130,8 +119,8 @@ class RankFile:
         """Record a measured clock offset to rank 0 in the header (in place: the slot has a fixed width)."""
         text = _render.clock_slot(offset_us, uncertainty_us, ts_us)
         with self._lock:
+            self._clock[slot] = text
             if self._fd < 0:
-                self._pending_clock[slot] = text
                 return
             fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
             try:
@@ -141,7 +130,7 @@ class RankFile:
 
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
-        if self._in_write and self._lock.locked():
+        if self._lock._is_owned():  # the main thread was inside write(): finish that first
             self._deferred_signal = (signum, frame, chain)
             return
         self.flush()
@@ -165,8 +154,7 @@ class RankFile:
     def _after_fork_child(self) -> None:
         fd = self._fd
         self._reset()
-        self._child = True  # same run, own file: rank-<R>.<pid>
-        self._pending_clock = {}
+        self._child = True  # same run, own file: rank-<R>.<pid>, same clock offsets as the parent
         if fd >= 0:
             os.close(fd)
 

@@ -25,7 +25,7 @@ class _Bridge(logging.Handler):
             elif record.levelno >= logging.INFO:
                 log.info(message, **fields)
             else:  # the stdlib logger already decided DEBUG is wanted: keep it, marked as verbosity 1
-                log._emit("vlog", message, {"v": 1, **fields})
+                log._vlog(message, v=1, **fields)
         except Exception:
             self.handleError(record)
 

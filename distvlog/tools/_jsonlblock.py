@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..logger._render import _plain
+from ..logger._render import logfmt_value
 from ._block import Counts
 from ._record import CORE, META_EVENT
 
@@ -40,7 +40,7 @@ def render(obj: dict[str, Any], rank: int) -> str:
         event += " " + json.dumps(obj["meta"], separators=(",", ":"))
         pairs = ""
     else:
-        pairs = "".join(f" {k}={_plain(v)}" for k, v in obj.items() if k not in CORE or k == "v" and v is not None)
+        pairs = "".join(f" {k}={logfmt_value(v)}" for k, v in obj.items() if k not in CORE or k == "v" and v is not None)
     first, nl, rest = event.partition("\n")
     sev = str(obj.get("severity") or "I")[:1]
     return (f"{sev}{_PLACEHOLDER} {obj.get('tid', 0)} {obj.get('file', '?')}:{obj.get('line', 0)}] "
