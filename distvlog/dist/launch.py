@@ -107,11 +107,22 @@ def run(args: argparse.Namespace) -> int:
     cmd += [sys.executable, "-m", "distvlog.dist.run", str(script), *args.script_args]
     print(f"distvlog launch: {args.n} ranks with {launcher} ({kind}), run {run_id} in {root}",
           file=sys.stderr, flush=True)
-    try:
-        code = subprocess.run(cmd, env={**os.environ, **env}).returncode
-    except KeyboardInterrupt:
-        code = 130
+    code = _wait(subprocess.Popen(cmd, env={**os.environ, **env}))
     return report.after_run(root / run_id, args.n, code)
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    """The launcher's exit code. On Ctrl-C the launcher got the same SIGINT and takes the ranks down: wait
+    for it, so their logs are complete before the merge (a second Ctrl-C kills it)."""
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        print("distvlog launch: interrupted, waiting for the ranks to stop", file=sys.stderr, flush=True)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            proc.kill()
+            return proc.wait()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
