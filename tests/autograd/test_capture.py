@@ -1,0 +1,79 @@
+"""capture_backward_subgraph_guard: dot files, call stacks and gradients of the captured subgraph."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+import distvlog as dv
+
+
+def run_captured(tmp_path, dump_grads: bool):
+    x = dv.to_tensor(np.array([[1.0, 2.0, 3.0]]), dtype="float64", stop_gradient=False)
+    y = dv.to_tensor(np.array([[0.5, -1.0, 2.0]]), dtype="float64", stop_gradient=False)
+    a = x + y  # outside: a neighbour
+    with dv.capture_backward_subgraph_guard(tmp_path / "dump", need_dump_grad_tensors=dump_grads):
+        b = a * y  # captured
+        c = dv.exp(b)  # captured
+    loss = c.sum()
+    loss.backward()
+    return {p.name.split("_", 1)[1]: p for p in (tmp_path / "dump").iterdir()}, (a, b, c, x, y)
+
+
+def test_dot_files_colour_inside_outside_and_leaf_nodes(tmp_path):
+    files, (a, b, c, x, y) = run_captured(tmp_path, dump_grads=False)
+    assert {"backward_graph.dot", "ref_forward_graph.dot", "call_stack.log"} <= set(files)
+    assert "grad_tensors.log" not in files
+    stamp = next(iter((tmp_path / "dump").iterdir())).name.split("_", 1)[0]
+    assert re.fullmatch(r"\d{8}-\d{6}-rank0", stamp)
+    dot = files["backward_graph.dot"].read_text()
+
+    def colour(node):
+        return re.search(rf'n{id(node):x} \[label="{re.escape(node.name)}\\n0x[0-9a-f]+", fillcolor="([^"]+)"', dot).group(1)
+
+    assert colour(b.grad_fn) == colour(c.grad_fn) == "lightgrey"
+    assert colour(a.grad_fn) == "orange" and colour(loss_node := c.grad_fn) == "lightgrey"
+    assert colour(y._accum) == "turquoise3"
+    label = f'n{id(b.grad_fn):x} -> n{id(a.grad_fn):x} [label="{a.name}@Grad\\nfloat64\\n[1, 3]"]'
+    assert label in dot
+    ref = files["ref_forward_graph.dot"].read_text()
+    assert f'n{id(a.grad_fn):x} -> n{id(b.grad_fn):x} [label="float64\\n[1, 3]"]' in ref
+    assert loss_node is c.grad_fn
+
+
+def test_call_stacks_and_gradients(tmp_path):
+    files, (a, b, c, x, y) = run_captured(tmp_path, dump_grads=True)
+    stacks = files["call_stack.log"].read_text()
+    assert f"{b.grad_fn.name}(0x" in stacks and f"{c.grad_fn.name}(0x" in stacks and a.grad_fn.name not in stacks
+    assert "in run_captured" in stacks and "b = a * y  # captured" in stacks
+    grads = files["grad_tensors.log"].read_text()
+    assert f"{b.name}@Grad: shape=[1, 3] dtype=float64" in grads
+    assert f"{a.name}@Grad: shape=[1, 3]" in grads
+
+
+def test_only_the_next_backward_writes(tmp_path):
+    x = dv.to_tensor(np.ones(2), dtype="float64", stop_gradient=False)
+    with dv.capture_backward_subgraph_guard(tmp_path):
+        y = x * 2
+    loss = y.sum()
+    loss.backward(retain_graph=True)
+    first = sorted(p.name for p in tmp_path.iterdir())
+    loss.backward()
+    assert sorted(p.name for p in tmp_path.iterdir()) == first
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot is not installed")
+def test_svg_rendered_when_graphviz_is_installed(tmp_path):
+    files, _ = run_captured(tmp_path, dump_grads=False)
+    assert "backward_graph.svg" in files and files["backward_graph.svg"].read_text().lstrip().startswith("<?xml")
+
+
+def test_an_unusable_dump_path_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(dv._errors.InputError, match=r"cannot create .*file/sub"):
+        with dv.capture_backward_subgraph_guard(blocker / "sub"):
+            pass

@@ -1,0 +1,198 @@
+"""The backward engine: names, scheduling, accumulation, retain_graph, grad(), hooks, errors."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import distvlog as dv
+from distvlog.autograd.dispatch import PROMOTION_WARNING
+
+
+def leaf(values, dtype="float64") -> dv.Tensor:
+    return dv.to_tensor(np.asarray(values, dtype=dtype), dtype=dtype, stop_gradient=False)
+
+
+def test_paddle_names_for_nodes_tensors_and_gradients():
+    x = leaf(np.ones((2, 3)))
+    a, b = x * 2, x * 3
+    s = (a + b).sum()
+    na, nb = int(re.fullmatch(r"multiply(\d+)GradNode", a.grad_fn.name).group(1)), int(b.grad_fn.name[8:-8])
+    assert nb == na + 1, "one counter per op, one step per recorded call"
+    assert a.name == f"multiply{na}_out_float64_2x3"
+    assert re.fullmatch(r"sum\d+_out_float64_", s.name), "a 0-d tensor's name ends in _"
+    assert re.fullmatch(r"add\d+GradNode\(0x[0-9a-f]+\)", repr((a + b).grad_fn))
+    assert dv.randn([4], dtype="float32").name.startswith("randn")
+    x.name = "weights"
+    assert x.name == "weights"
+
+
+def test_op_counters_are_exact_under_threads():
+    x = leaf([1.0])
+    seqs: list[int] = []
+
+    def work():
+        for _ in range(500):
+            seqs.append((x * 1.0).grad_fn.seq)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(seqs)) == 2000 and max(seqs) - min(seqs) == 1999
+
+
+def test_stop_gradient_defaults_and_propagation():
+    a = dv.randn([2])
+    assert a.stop_gradient and a.is_leaf
+    b = a * 2
+    assert b.stop_gradient and b.grad_fn is None, "no node when no input needs a gradient"
+    a.stop_gradient = False
+    c = a * 2
+    assert not c.stop_gradient and c.grad_fn is not None
+    with dv.no_grad():
+        d = a * 2
+    assert d.stop_gradient and d.grad_fn is None and dv.is_grad_enabled()
+    with pytest.raises(RuntimeError, match="stop_gradient=True"):
+        b.sum().backward()
+
+
+def test_gradients_accumulate_across_backward_calls_and_clear():
+    x = leaf([1.0, 2.0])
+    (x * x).sum().backward()
+    (x * 3).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2 + 3, 4 + 3])
+    x.clear_gradient()
+    np.testing.assert_array_equal(x.grad.numpy(), [0, 0])
+    x.clear_gradient(set_to_zero=False)
+    assert x.grad is None
+
+
+def test_non_scalar_backward_uses_ones_or_the_given_gradient():
+    x = leaf([1.0, 2.0, 3.0])
+    (x * x).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2, 4, 6])
+    y = leaf([1.0, 2.0])
+    (y * 5).backward(dv.to_tensor(np.array([1.0, -1.0])))
+    np.testing.assert_array_equal(y.grad.numpy(), [5, -5])
+    with pytest.raises(ValueError, match="shape"):
+        (y * 5).backward(dv.to_tensor(np.ones(3)))
+
+
+def test_nodes_run_once_after_all_their_inputs_arrived():
+    """Diamond: x -> a -> (b, c) -> d; a must see the sum of both paths in one run."""
+    x = leaf([0.5, -1.0])
+    a = dv.tanh(x)
+    d = (a * 2 + dv.exp(a)).sum()
+    runs = []
+    a.register_hook(lambda g: runs.append(g.numpy().copy()))
+    d.backward()
+    assert len(runs) == 1
+    ta = np.tanh([0.5, -1.0])
+    np.testing.assert_allclose(runs[0], 2 + np.exp(ta))
+    np.testing.assert_allclose(x.grad.numpy(), (2 + np.exp(ta)) * (1 - ta ** 2))
+
+
+def test_saved_tensors_are_released_and_a_second_backward_names_the_node():
+    x = leaf([1.0, 2.0])
+    y = x * x
+    node = y.grad_fn
+    loss = y.sum()
+    loss.backward()
+    assert node.saved is None and loss.grad_fn.saved is None
+    with pytest.raises(RuntimeError, match=rf"{loss.grad_fn.name}\(0x[0-9a-f]+\) \(created at test_engine\.py:\d+\):"
+                                           r".*retain_graph=True"):
+        loss.backward()
+
+
+def test_retain_graph_allows_a_second_backward():
+    x = leaf([1.0, 2.0])
+    loss = (x * x).sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [4, 8])
+
+
+def test_grad_computes_without_touching_dot_grad():
+    x, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    h = x * w
+    out = (h * h).sum()
+    gx, gh = dv.grad(out, [x, h], retain_graph=True)
+    np.testing.assert_allclose(gx.numpy(), 2 * (x.numpy() * w.numpy()) * w.numpy())
+    np.testing.assert_allclose(gh.numpy(), 2 * h.numpy())
+    assert x.grad is None and w.grad is None
+    (gw,) = dv.grad([out], [w], grad_outputs=[dv.to_tensor(np.array(2.0))])
+    np.testing.assert_allclose(gw.numpy(), 2 * 2 * (x.numpy() * w.numpy()) * x.numpy())
+
+
+def test_grad_unused_inputs():
+    x, unused = leaf([1.0]), leaf([2.0])
+    out = (x * 2).sum()
+    with pytest.raises(RuntimeError, match=r"input 1 .* not reachable.*allow_unused=True"):
+        dv.grad(out, [x, unused], retain_graph=True)
+    gx, gu = dv.grad(out, [x, unused], allow_unused=True)
+    assert gu is None and float(gx.numpy()[0]) == 2
+
+
+def test_hooks_see_and_may_replace_gradients():
+    x = leaf([1.0, 2.0])
+    h = x * 3
+    seen = []
+    h.register_hook(lambda g: seen.append(g.numpy().copy()))
+    handle = h.register_hook(lambda g: g * 10)
+    x.register_hook(lambda g: g + 1)
+    h.sum().backward(retain_graph=True)
+    np.testing.assert_array_equal(seen[0], [1, 1])
+    np.testing.assert_array_equal(x.grad.numpy(), [31, 31])
+    handle.remove()
+    x.clear_gradient(set_to_zero=False)
+    h.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [4, 4])
+    with pytest.raises(RuntimeError, match="stop_gradient=True"):
+        dv.randn([1]).register_hook(lambda g: g)
+
+
+def test_errors_in_backward_name_the_node_and_the_forward_line():
+    x = leaf([1.0, 2.0])
+    y = x * 2  # the line the error must point at
+    line = test_errors_in_backward_name_the_node_and_the_forward_line.__code__.co_firstlineno + 2
+
+    def broken(g):
+        raise ValueError("boom")
+
+    y.register_hook(broken)
+    with pytest.raises(RuntimeError, match=rf"multiply\d+GradNode\(0x[0-9a-f]+\) \(created at test_engine.py:{line}\): "
+                                           r"hook broken failed: ValueError: boom"):
+        y.sum().backward()
+
+
+def test_a_hook_returning_the_wrong_shape_is_refused():
+    x = leaf([1.0, 2.0])
+    y = x * 2
+    y.register_hook(lambda g: dv.to_tensor(np.ones(3)))
+    with pytest.raises(RuntimeError, match=r"returned shape \[3\], expected \[2\]"):
+        y.sum().backward()
+
+
+def test_promotion_warns_once_per_promoting_call_and_refuses_other_mixes(records):
+    x, y = dv.randn([2], dtype="float32"), dv.randn([2], dtype="float64")
+    z = x * y + x
+    assert z.dtype == np.float64
+    warnings = [r for r in records if r["event"] == PROMOTION_WARNING]
+    assert [r["severity"] for r in warnings] == ["W", "W"]
+    assert warnings[0]["file"] == "test_engine.py"
+    records.clear()
+    assert (x * x).dtype == np.float32 and not records
+    with pytest.raises(TypeError, match=r"add: cannot combine float32 and int64"):
+        x + dv.to_tensor(np.array([1, 2]))
+
+
+def test_promotion_inserts_recorded_cast_nodes():
+    x, y = leaf([1.0], "float32"), leaf([2.0], "float64")
+    z = x * y
+    edges = [e.name for e in z.grad_fn.edges]
+    assert edges[0].startswith("cast") and edges[0].endswith("GradNode") and edges[1] == "GradNodeAccumulation"
