@@ -15,8 +15,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ._processors import now_us
-
 from ._clock import now_us
 
 FORMAT_VERSION = 1
