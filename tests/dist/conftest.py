@@ -41,6 +41,7 @@ def run_mpi(tmp_path: Path):
 def rank_results(tmp_path: Path):
     """What each rank of the last mpi_jobs.py run wrote: {rank: fields}."""
     def read(proc: subprocess.CompletedProcess) -> dict[int, dict]:
+        assert proc.returncode == 0, proc.stdout + proc.stderr  # the jobs catch their expected errors
         found = {int(p.stem[5:]): json.loads(p.read_text()) for p in (tmp_path / "results").glob("rank-*.json")}
         assert "crash" not in str(found), proc.stdout + proc.stderr
         for p in (tmp_path / "results").glob("rank-*.json"):
