@@ -1,0 +1,232 @@
+"""What a record looks like: the glog line, the caller's file:line, fields as logfmt, multi-line messages,
+JSON lines with the same fields, the header and its metadata record, clock slots patched in place."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from logger_testkit import GLOG_PREFIX, line_of, read_jsonl
+
+from distvlog.logger._render import CLOCK_SLOT_WIDTH, GlogRenderer, clock_slot, logfmt_value
+
+CALLSITES = '''
+import threading, time
+import distvlog.logger as dlog
+print("start", time.time())
+log = dlog.get_logger()
+log.info("info record")  # @info
+log.warning("warning record")  # @warning
+log.error("error record")  # @error
+log.critical("critical record")  # @critical
+log.vlog(2, "vlog record")  # @vlog
+log.vlog(3, "too verbose")
+log.debug("debug record")  # @debug
+log.vlog_at(7, "vlog_at record")  # @vlog_at
+log.bind(step=3).info("bound record")  # @bound
+try:
+    1 / 0  # @raise
+except ZeroDivisionError:
+    log.exception("exception record")  # @exception
+def in_thread():
+    log.info("thread record")  # @thread
+    print("thread", threading.get_native_id())
+t = threading.Thread(target=in_thread)
+t.start()
+t.join()
+print("main", threading.get_native_id())
+print("end", time.time())
+'''
+# marker -> (severity, first line of the message)
+EXPECTED = {
+    "info": ("I", "info record"), "warning": ("W", "warning record"), "error": ("E", "error record"),
+    "critical": ("F", "critical record"), "vlog": ("I", "vlog record v=2"), "debug": ("I", "debug record v=1"),
+    "vlog_at": ("I", "vlog_at record v=7"), "bound": ("I", "bound record step=3"),
+    "exception": ("E", "exception record"), "thread": ("I", "thread record"),
+}
+
+
+def _stdout_values(stdout: str) -> dict[str, float]:
+    return {key: float(value) for key, value in (line.split() for line in stdout.splitlines())}
+
+
+def _stamp(epoch_s: float) -> str:
+    return time.strftime("%m%d %H:%M:%S", time.localtime(epoch_s))
+
+
+def test_glog_line_severity_thread_and_callsite_of_every_method(scripts):
+    run = scripts.run(CALLSITES, env={"DISTVLOG_V": "2"})
+    out = _stdout_values(run.proc.stdout)
+    records = run.records()
+    assert [r.first for r in records] == [first for _, first in EXPECTED.values()]
+    for (marker, (severity, _)), rec in zip(EXPECTED.items(), records):
+        assert (rec.severity, rec.file, rec.line, rec.rank) == (severity, "script.py", line_of(CALLSITES, marker),
+                                                               0), marker
+        assert rec.tid == int(out["thread" if marker == "thread" else "main"])
+        assert _stamp(int(out["start"])) <= f"{rec.mmdd} {rec.hms}" <= _stamp(out["end"])
+    exception = records[list(EXPECTED).index("exception")]
+    assert exception.more[0] == "Traceback (most recent call last):"
+    assert f'line {line_of(CALLSITES, "raise")}' in exception.more[1]
+    assert exception.more[-1] == "ZeroDivisionError: division by zero"
+
+
+@pytest.mark.parametrize("value, text", [
+    ("plain", "plain"), ("a b", '"a b"'), ('say "hi"', r'"say \"hi\""'), ("k=v", '"k=v"'), ("", '""'),
+    ("two\nlines", r'"two\nlines"'), ("tab\there", r'"tab\there"'), ("ünïcode", "ünïcode"),
+    (3, "3"), (-2.5, "-2.5"), (True, "True"), (None, "None"), (float("nan"), "nan"),
+    (np.float32(0.5), "0.5"), (np.int64(7), "7"), (np.float64(1e-3), "0.001"), (np.bool_(True), "True"),
+    ([1, 2, 3], "[1,2,3]"), ((1, 2), "[1,2]"), (["a b", 1], r'"[\"a b\",1]"'),
+    (np.array([1.5, 2.0]), "[1.5,2.0]"), ({"k": 1}, r'"{\"k\":1}"'),
+])
+def test_logfmt_values(value, text):
+    assert logfmt_value(value) == text
+
+
+@given(st.text())
+def test_logfmt_text_stays_one_pair(text):
+    """Whatever the string, its value is one token on one line, or a JSON string that decodes to it."""
+    rendered = logfmt_value(text)
+    assert "\n" not in rendered
+    if rendered != text:
+        assert json.loads(rendered) == text
+    else:
+        assert text and not any(c.isspace() or c in '"=' for c in text)
+
+
+def _render(event, **fields) -> str:
+    ed = {"event": event, "ts": 1_700_000_000_123_456, "severity": "W", "rank": 3, "world_size": 4, "tid": 42,
+          "file": "train.py", "line": 17, **fields}
+    return GlogRenderer()(None, "warning", ed).decode()
+
+
+def test_fields_follow_the_message_in_call_order():
+    stamp = _stamp(1_700_000_000)
+    assert _render("step done", step=12, loss=np.float32(0.25), note="a b") == (
+        f'W{stamp}.123456 42 train.py:17] [rank 3] step done step=12 loss=0.25 note="a b"\n')
+
+
+def test_multiline_message_keeps_continuation_lines_and_fields_on_the_first():
+    text = _render("grad summary\n  layer1: ok\n\n  layer2 = bad", step=1, v=4)
+    first, *more = text.split("\n")
+    assert GLOG_PREFIX.match(first) and first.endswith("] [rank 3] grad summary step=1 v=4")
+    assert more == ["  layer1: ok", "", "  layer2 = bad", ""]
+
+
+def test_non_string_messages_are_rendered():
+    assert _render(None).endswith("[rank 3] \n")
+    assert _render({"a": 1}).endswith("[rank 3] {'a': 1}\n")
+
+
+FIELDS = '''
+import numpy as np
+import distvlog.logger as dlog
+log = dlog.get_logger()
+log.info("fields", step=12, loss=np.float32(0.5), note="a b", shape=[3, 4], ok=True)  # @fields
+log.warning("two\\nlines", node="mul1GradNode")  # @multi
+log.vlog(1, "verbose", step=2)  # @vlog
+print("path", dlog.log_file_path())
+'''
+
+
+@pytest.mark.parametrize("how", ["env", "configure"])
+def test_json_lines_carry_the_same_fields(scripts, how):
+    code = FIELDS.replace("log = ", 'dlog.configure(format="jsonl")\nlog = ') if how == "configure" else FIELDS
+    env = {"DISTVLOG_V": "1", "PMI_RANK": "1", "PMI_SIZE": "2"} | ({"DISTVLOG_FORMAT": "jsonl"} if how == "env" else {})
+    run = scripts.run(code, env=env)
+    path = run.only_file()
+    assert path.name == "rank-1.jsonl" and run.proc.stdout.split()[-1] == str(path)
+    meta, records = read_jsonl(path)
+    assert meta["format"] == "jsonl" and meta["rank"] == 1 and meta["world_size"] == 2
+    common = {"rank": 1, "world_size": 2, "file": "script.py"}
+    expected = [
+        {"event": "fields", "severity": "I", "line": line_of(code, "fields"), "step": 12, "loss": 0.5,
+         "note": "a b", "shape": [3, 4], "ok": True},
+        {"event": "two\nlines", "severity": "W", "line": line_of(code, "multi"), "node": "mul1GradNode"},
+        {"event": "verbose", "severity": "I", "line": line_of(code, "vlog"), "step": 2, "v": 1},
+    ]
+    for rec, want in zip(records, expected, strict=True):
+        assert set(rec) == set(want) | set(common) | {"ts", "tid"}
+        assert {k: rec[k] for k in want} == want and {k: rec[k] for k in common} == common
+        assert abs(rec["ts"] - meta["created_us"]) < 60e6
+
+
+def test_glog_text_of_the_same_records(scripts):
+    run = scripts.run(FIELDS, env={"DISTVLOG_V": "1"})
+    assert [(r.severity, r.line, r.text) for r in run.records()] == [
+        ("I", line_of(FIELDS, "fields"), 'fields step=12 loss=0.5 note="a b" shape=[3,4] ok=True'),
+        ("W", line_of(FIELDS, "multi"), "two node=mul1GradNode\nlines"),
+        ("I", line_of(FIELDS, "vlog"), "verbose v=1 step=2"),
+    ]
+
+
+HEADER = '''
+import os, time
+import distvlog.logger as dlog
+print("before", time.time_ns() // 1000)
+dlog.get_logger().info("hello")
+print("after", time.time_ns() // 1000)
+print("pid", os.getpid())
+'''
+
+
+def test_header_lines_and_meta_record(scripts):
+    run = scripts.run(HEADER, env={"PMI_RANK": "1", "PMI_SIZE": "4", "DISTVLOG_RUN_ID": "hdr"})
+    out = {k: int(v) for k, v in (line.split() for line in run.proc.stdout.splitlines())}
+    glog = run.glog()
+    created = glog.meta["created_us"]
+    assert out["before"] <= created <= out["after"]
+    assert glog.header[0] == "Log file created at: " + time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(created // 10**6))
+    assert glog.header[1] == f"Running on machine: {socket.gethostname()}"
+    assert glog.meta["created"].startswith(time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created // 10**6)))
+    assert {k: glog.meta[k] for k in ("distvlog", "format", "rank", "world_size", "host", "pid", "run_id")} == {
+        "distvlog": 1, "format": "glog", "rank": 1, "world_size": 4, "host": socket.gethostname(),
+        "pid": out["pid"], "run_id": "hdr"}
+    assert glog.meta["clock_start"] == clock_slot(0.0, 0.0, created) and len(glog.meta["clock_start"]) == CLOCK_SLOT_WIDTH
+    assert glog.meta["clock_end"] == " " * CLOCK_SLOT_WIDTH
+    assert [(r.rank, r.first) for r in glog.records] == [(1, "hello")]
+
+
+SET_CLOCK = '''
+import distvlog.logger as dlog
+from distvlog.logger._sink import SINK
+log = dlog.get_logger()
+SINK.set_clock("clock_start", -1234.5, 56.5, 111)  # before the file exists: goes into the header
+log.info("first")
+dlog.flush()
+before = open(dlog.log_file_path(), "rb").read()
+SINK.set_clock("clock_end", 99.0, 1.5, 222)  # after: patched in place
+log.info("second")
+dlog.flush()
+after = open(dlog.log_file_path(), "rb").read()
+end_slot = '"clock_end":"' + " " * 64 + '"'
+assert after.startswith(before.replace(end_slot.encode(), end_slot.replace(" " * 64, "99.0 1.5 222".ljust(64)).encode()))
+'''
+
+
+@pytest.mark.parametrize("fmt", ["glog", "jsonl"])
+def test_set_clock_fills_the_fixed_width_slots(scripts, fmt):
+    run = scripts.run(SET_CLOCK, env={"DISTVLOG_FORMAT": fmt})
+    if fmt == "glog":
+        meta, events = run.glog().meta, [r.first for r in run.records()]
+    else:
+        meta, records = read_jsonl(run.only_file())
+        events = [r["event"] for r in records]
+    assert meta["clock_start"] == "-1234.5 56.5 111".ljust(CLOCK_SLOT_WIDTH)
+    assert meta["clock_end"] == "99.0 1.5 222".ljust(CLOCK_SLOT_WIDTH)
+    assert events == ["first", "second"]
+
+
+def test_simulated_clock_skew_shifts_records_and_header(scripts):
+    """DISTVLOG_SIMULATE_CLOCK_SKEW_US shifts rank r's clock by r x N µs: records and header alike."""
+    run = scripts.run(HEADER, env={"PMI_RANK": "2", "PMI_SIZE": "3", "DISTVLOG_FORMAT": "jsonl",
+                                   "DISTVLOG_SIMULATE_CLOCK_SKEW_US": "50000000"})
+    out = {k: int(v) for k, v in (line.split() for line in run.proc.stdout.splitlines())}
+    meta, records = read_jsonl(run.only_file())
+    skew = 2 * 50_000_000
+    assert out["before"] + skew <= records[0]["ts"] <= out["after"] + skew
+    assert out["before"] + skew <= meta["created_us"] <= out["after"] + skew
