@@ -25,7 +25,8 @@ def _check_level(level: object, what: str) -> int:
 
 
 class Rules:
-    """A global level plus `glob=level` patterns matched on a module's basename (first match wins)."""
+    """A global level plus `glob=level` patterns (first match wins): matched on a module's basename, as glog
+    matches file basenames, or on its whole dotted name when the pattern has a dot (`distvlog.dist.*`)."""
 
     __slots__ = ("level", "patterns", "_cache")
 
@@ -46,7 +47,7 @@ class Rules:
         base = module.rsplit(".", 1)[-1]
         level = self.level
         for pattern, lvl in self.patterns:
-            if fnmatch.fnmatchcase(base, pattern) or fnmatch.fnmatchcase(module, pattern):
+            if fnmatch.fnmatchcase(module if "." in pattern else base, pattern):
                 level = lvl
                 break
         self._cache[module] = level
