@@ -26,7 +26,7 @@ def _env(tmp_path: Path, extra: dict[str, str] | None) -> dict[str, str]:
 
 @pytest.fixture
 def run_mpi(tmp_path: Path):
-    """run_mpi(n, mode, *args, env={}) runs tests/dist/mpi_jobs.py MODE on n ranks."""
+    """run_mpi(n, mode, *args, env={}) runs tests/distributed/mpi_jobs.py MODE on n ranks."""
     launcher = find_launcher(None)
     kind = launcher_kind(launcher)
 
