@@ -88,10 +88,14 @@ def _real_dir(path: Path) -> None:
 
 
 def _writer_alive(path: Path) -> bool:
-    """Whether the process that created `path` (per its header) is still running on this host."""
+    """Whether the process that created `path` (per its header) is still running on this host. Only a
+    regular file is read: never through a symlink, never a FIFO (opening one for reading would block)."""
     try:
-        with open(path, "rb") as f:
-            match = _PID_IN_HEADER.search(f.read(4096))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            match = _PID_IN_HEADER.search(os.read(fd, 4096)) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        finally:
+            os.close(fd)
         if match:
             os.kill(int(match.group(1)), 0)
             return True

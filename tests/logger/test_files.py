@@ -1,0 +1,148 @@
+"""Where records go: `<log_dir>/<run_id>/rank-<R>.log`, the `latest` link, one run directory per job
+shared by its ranks, never another run's files, no symlinks followed; what goes to stderr."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+from logger_testkit import GLOG_PREFIX, finish, read_glog
+
+from distvlog.logger._identity import rank_from_env
+
+LOGS = '''
+import os
+import distvlog.logger as dlog
+log = dlog.get_logger()
+log.info("first info")
+log.info("second info", step=1)
+log.warning("careful")
+log.error("broken")
+log.vlog(0, "verbose zero")
+print(os.getpid())
+'''
+
+
+def _stderr_records(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if GLOG_PREFIX.match(line)]
+
+
+def _path_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("distvlog:")]
+
+
+def test_layout_latest_link_and_stderr(scripts):
+    run = scripts.run(LOGS, env={"DISTVLOG_RUN_ID": "run-a"})
+    path = scripts.log_dir / "run-a" / "rank-0.log"
+    assert run.files() == [path]
+    assert os.readlink(scripts.log_dir / "latest") == "run-a"
+    assert _path_lines(run.proc.stderr) == [f"distvlog: rank 0 (pid {run.proc.stdout.strip()}) logs to {path}"]
+    assert [r[0] for r in _stderr_records(run.proc.stderr)] == ["W", "E"]  # WARNING and above are echoed
+    assert [r.first for r in read_glog(path).records] == ["first info", "second info step=1", "careful", "broken",
+                                                          "verbose zero v=0"]
+
+
+def test_alsologtostderr_echoes_everything_and_latest_moves_on(scripts):
+    scripts.run(LOGS, env={"DISTVLOG_RUN_ID": "run-a"})
+    run = scripts.run(LOGS, env={"DISTVLOG_ALSOLOGTOSTDERR": "1"})
+    assert [r[0] for r in _stderr_records(run.proc.stderr)] == ["I", "I", "W", "E", "I"]
+    assert len(_path_lines(run.proc.stderr)) == 1
+    [path] = [p for p in run.files() if p.parent.name != "run-a"]  # default run id: start time and pid
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{run.proc.stdout.strip()}", path.parent.name)
+    assert read_glog(path).meta["run_id"] == path.parent.name
+    assert os.readlink(scripts.log_dir / "latest") == path.parent.name
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, (0, 1)),
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}, (3, 4)),
+    ({"PMI_RANK": "1", "PMI_SIZE": "2"}, (1, 2)),
+    ({"PMIX_RANK": "5", "PMIX_SIZE": "8"}, (5, 8)),
+    ({"RANK": "2", "WORLD_SIZE": "3"}, (2, 3)),
+    ({"SLURM_PROCID": "6", "SLURM_NTASKS": "7"}, (6, 7)),
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "RANK": "0", "WORLD_SIZE": "8"}, (1, 2)),
+    ({"PMI_RANK": "4"}, (4, 5)),
+    ({"PMI_RANK": "", "RANK": "1", "WORLD_SIZE": "2"}, (1, 2)),
+])
+def test_rank_from_launcher_environment(monkeypatch, env, expected):
+    for var in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "PMIX_SIZE",
+                "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert rank_from_env() == expected
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"PMI_RANK": "one"}, "environment variable PMI_RANK='one' is not an integer"),
+    ({"RANK": "-1"}, "environment variable RANK='-1' is negative"),
+    ({"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}, "SLURM_PROCID=4 is not below SLURM_NTASKS=4"),
+])
+def test_bad_launcher_environment_is_a_clear_error(monkeypatch, env, message):
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError, match=f"^distvlog: {re.escape(message)}$"):
+        rank_from_env()
+
+
+def _job(scripts, ranks: int, env: dict[str, str], rank_vars=("PMI_RANK", "PMI_SIZE")) -> None:
+    """Run LOGS as `ranks` processes started together (one launcher: this test process)."""
+    procs = [scripts.start(LOGS, env={rank_vars[0]: str(r), rank_vars[1]: str(ranks), **env}) for r in range(ranks)]
+    for proc in procs:
+        rc, out, err = finish(proc)
+        assert rc == 0, err
+
+
+def _ranks_in(run_dir) -> dict[str, int]:
+    return {p.name: read_glog(p).meta["rank"] for p in run_dir.iterdir()}
+
+
+def test_ranks_of_a_job_share_a_run_dir_and_a_reused_run_id_moves_on(scripts):
+    _job(scripts, 2, {"DISTVLOG_RUN_ID": "shared"})
+    first = {p: p.read_bytes() for p in (scripts.log_dir / "shared").iterdir()}
+    assert _ranks_in(scripts.log_dir / "shared") == {"rank-0.log": 0, "rank-1.log": 1}
+    for path in first:
+        assert {r.rank for r in read_glog(path).records} == {read_glog(path).meta["rank"]}
+    _job(scripts, 2, {"DISTVLOG_RUN_ID": "shared"})  # the same id again: a new run, .1
+    assert _ranks_in(scripts.log_dir / "shared.1") == {"rank-0.log": 0, "rank-1.log": 1}
+    assert {p: p.read_bytes() for p in (scripts.log_dir / "shared").iterdir()} == first
+    assert os.readlink(scripts.log_dir / "latest") == "shared.1"
+
+
+def test_ranks_agree_on_a_run_id_without_being_told(scripts):
+    _job(scripts, 2, {}, ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"))
+    run_dirs = [p for p in scripts.log_dir.iterdir() if p.name != "latest"]
+    assert len(run_dirs) == 1 and _ranks_in(run_dirs[0]) == {"rank-0.log": 0, "rank-1.log": 1}
+
+
+@pytest.mark.parametrize("kind", ["file", "fifo"])
+def test_a_symlink_in_place_of_a_rank_file_is_not_followed(scripts, kind):
+    victim = scripts.tmp / "victim"
+    victim.write_text("precious\n") if kind == "file" else os.mkfifo(victim)
+    (scripts.log_dir / "run").mkdir(parents=True)
+    (scripts.log_dir / "run" / "rank-0.log").symlink_to(victim)
+    try:
+        run = scripts.run(LOGS, env={"DISTVLOG_RUN_ID": "run"}, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the logger blocked on the symlink's target") from None
+    if kind == "file":
+        assert victim.read_text() == "precious\n"
+    assert (scripts.log_dir / "run" / "rank-0.log").is_symlink()
+    path = scripts.log_dir / "run.1" / "rank-0.log"
+    assert [p for p in run.files() if not p.is_symlink()] == [path]
+    assert len(read_glog(path).records) == 5
+
+
+def test_a_symlink_in_place_of_a_run_dir_is_not_followed(scripts):
+    victim = scripts.tmp / "victim"
+    victim.mkdir()
+    scripts.log_dir.mkdir()
+    (scripts.log_dir / "run").symlink_to(victim)
+    run = scripts.run(LOGS, env={"DISTVLOG_RUN_ID": "run"}, rc=None)
+    assert list(victim.iterdir()) == []
+    if run.proc.returncode:
+        assert "is not a directory (symlinks are not followed)" in run.proc.stderr
+    else:
+        assert len(read_glog(scripts.log_dir / "run.1" / "rank-0.log").records) == 5
