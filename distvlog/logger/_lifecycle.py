@@ -62,13 +62,16 @@ def _on_open(_sink: RankFile) -> None:
 
 
 def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal: bool) -> None:
-    text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
-    where = traceback.extract_tb(tb)[-1] if tb else None  # the record points at the raising line
-    log = get_logger("distvlog")
-    (log.critical if fatal else log.error)(f"Unhandled exception in {kind}:\n{text}",
-                                           file=os.path.basename(where.filename) if where else "distvlog",
-                                           line=where.lineno if where else 0)
-    SINK.flush()
+    try:
+        text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+        where = traceback.extract_tb(tb)[-1] if tb else None  # the record points at the raising line
+        log = get_logger("distvlog")
+        (log.critical if fatal else log.error)(f"Unhandled exception in {kind}:\n{text}",
+                                               file=os.path.basename(where.filename) if where else "distvlog",
+                                               line=where.lineno if where else 0)
+        SINK.flush()
+    except Exception:
+        pass  # no log file (it could not be opened): the previous hook still prints the traceback
 
 
 def install() -> None:
