@@ -61,10 +61,22 @@ def _on_open(_sink: RankFile) -> None:
     _install_signal_handlers()
 
 
+def _raising_line(exc: BaseException | None, tb: Any) -> traceback.FrameSummary | None:
+    """Where the failure started: the innermost frame of the exception, or of its direct cause when it was
+    raised `from` one (the backward engine re-raises a hook's or an op's error as a BackwardError)."""
+    seen: set[int] = set()
+    while exc is not None and exc.__cause__ is not None and exc.__cause__.__traceback__ is not None \
+            and id(exc) not in seen:
+        seen.add(id(exc))
+        exc, tb = exc.__cause__, exc.__cause__.__traceback__
+    frames = traceback.extract_tb(tb)
+    return frames[-1] if frames else None
+
+
 def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal: bool) -> None:
     try:
         text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
-        where = traceback.extract_tb(tb)[-1] if tb else None  # the record points at the raising line
+        where = _raising_line(exc, tb)
         log = get_logger("distvlog")
         (log.critical if fatal else log.error)(f"Unhandled exception in {kind}:\n{text}",
                                                file=os.path.basename(where.filename) if where else "distvlog",
