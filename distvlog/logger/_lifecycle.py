@@ -104,4 +104,9 @@ def install() -> None:
     sys.excepthook = excepthook
     threading.excepthook = thread_excepthook
     atexit.register(_at_exit)
+    # A multiprocessing worker forked from this process ends with os._exit() right after
+    # threading._shutdown(), without atexit: flush there too (the registration is inherited by the fork).
+    register_threading_atexit = getattr(threading, "_register_atexit", None)
+    if register_threading_atexit is not None:
+        register_threading_atexit(SINK.flush)
     SINK.on_open.append(_on_open)
