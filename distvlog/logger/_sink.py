@@ -88,6 +88,8 @@ class RankFile:
     def flush(self) -> None:
         with self._lock:
             self._flush_locked()
+        if self._deferred_signal:
+            self._redeliver()
 
     # -- internals -----------------------------------------------------------------------------------
     def _flush_locked(self) -> None:
@@ -120,15 +122,17 @@ class RankFile:
         text = _render.clock_slot(offset_us, uncertainty_us, ts_us)
         with self._lock:
             self._clock[slot] = text
-            if self._fd < 0:
-                return
-            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-            try:
-                os.pwrite(fd, text.encode(), self._clock_offsets[slot])
-            finally:
-                os.close(fd)
+            if self._fd >= 0:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+                try:
+                    os.pwrite(fd, text.encode(), self._clock_offsets[slot])
+                finally:
+                    os.close(fd)
+        if self._deferred_signal:
+            self._redeliver()
 
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
+    # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
         if self._lock._is_owned():  # the main thread was inside write(): finish that first
             self._deferred_signal = (signum, frame, chain)
@@ -137,6 +141,10 @@ class RankFile:
         chain(signum, frame)
 
     def _redeliver(self) -> None:
+        """Run the deferred handler once the lock is free: in the main thread, where it was deferred and
+        where Python runs handlers (a KeyboardInterrupt raised in another thread would stop only that one)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
         signum, frame, chain = self._deferred_signal
         self._deferred_signal = None
         self.flush()
