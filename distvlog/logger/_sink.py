@@ -155,6 +155,8 @@ class RankFile:
         self._lock.acquire()
         if self._fd >= 0:
             self._flush_locked()
+        elif self.run_id is None:  # no file yet: settle the run id now, so the child's file joins our run
+            self.run_id = _rundir.default_run_id(IDENTITY.world_size)
 
     def _lock_release(self) -> None:
         self._lock.release()
