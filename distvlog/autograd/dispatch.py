@@ -33,9 +33,11 @@ def _user_site(with_stack: bool) -> Site:
 def _promote(op: OpDef, args: tuple) -> tuple:
     """float32 with float64: cast the float32 tensor to float64 (a recorded `cast`), with one warning."""
     a, b = args
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a._data.dtype == b._data.dtype:
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         return args
     da, db = a._data.dtype, b._data.dtype
+    if da is db or da == db:  # `is`: numpy's built-in dtypes are singletons, the common case costs nothing
+        return args
     if da.kind != "f" or db.kind != "f":
         raise TypeError(f"{op.name}: cannot combine {da} and {db}; only floating types are promoted "
                         f"automatically, cast one of them with .astype()")
@@ -47,35 +49,47 @@ def _promote(op: OpDef, args: tuple) -> tuple:
     return (a if da == target else cast(a, target), b if db == target else cast(b, target))
 
 
+def _edges(op: OpDef, args: tuple) -> list[GradNode | None] | None:
+    """Per input, the node its gradient flows to (None where none is wanted); None when no input wants one."""
+    edges = [a._grad_node() if diff and isinstance(a, Tensor) and not a.stop_gradient else None
+             for a, diff in zip(args, op.differentiable)]
+    return edges if any(edges) else None
+
+
+def _saved(op: OpDef, arrays: list, out: np.ndarray, aux: dict | None, edges: list) -> tuple:
+    """What the op's backward receives after the gradient, fetched by its save plan."""
+    saved = []
+    for kind, i in op.save_plan:
+        if kind == "in":
+            saved.append(arrays[i])
+        elif kind == "out":
+            saved.append(out)
+        elif kind == "shape":
+            saved.append(np.shape(arrays[i]))
+        elif kind == "needs_grad":
+            saved.append(tuple(e is not None for e in edges))
+        else:
+            saved.append(aux[i])
+    return tuple(saved)
+
+
 def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     """Run `op` on `args` (tensors or Python scalars) and record its GradNode if any input needs a gradient."""
     if op.promote:
         args = _promote(op, args)
-    arrays = []
-    needs_grad = False
-    for a in args:
-        if isinstance(a, Tensor):
-            arrays.append(a._data)
-            if not a.stop_gradient:
-                needs_grad = True
-        else:
-            arrays.append(a)
+    arrays = [a._data if isinstance(a, Tensor) else a for a in args]
     result = op.forward(*arrays, **attrs)
     out, aux = result if op.aux else (result, None)
     if type(out) is not np.ndarray:
         out = np.asarray(out)
     state = STATE
-    if not (needs_grad and state.grad_enabled):
+    edges = _edges(op, args) if state.grad_enabled else None
+    if edges is None:
         tensor = Tensor(out)
     else:
-        edges = tuple(a._grad_node() if diff and isinstance(a, Tensor) and not a.stop_gradient else None
-                      for a, diff in zip(args, op.differentiable))
-        in_meta = tuple(None if e is None else (x.shape, x.dtype) for e, x in zip(edges, arrays))
-        saved = tuple(arrays[i] if kind == "in" else np.shape(arrays[i]) if kind == "shape"
-                      else out if kind == "out" else aux[i] for kind, i in op.save_plan)
         capture = state.capture
-        node = GradNode(op, next_seq(op.name), edges, saved, attrs, in_meta, out, state.vlog_tag, capture,
-                        _user_site(capture is not None))
+        node = GradNode(op, next_seq(op.name), tuple(edges), _saved(op, arrays, out, aux, edges), attrs, out,
+                        state.vlog_tag, capture, _user_site(capture is not None))
         if capture is not None:
             capture.add(node)
         tensor = Tensor(out, False, node)

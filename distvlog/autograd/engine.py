@@ -121,7 +121,7 @@ def _validate(node: GradNode, outputs: tuple) -> tuple:
         if edge is None or grad is None:
             fitted.append(None)
             continue
-        shape, dtype = node.in_meta[slot]
+        shape, dtype = edge.out_shape, edge.out_dtype  # the input's: it is the output of the node it flows to
         if grad.shape != shape:
             reduced = _sum_to(grad, shape)
             if reduced is None:

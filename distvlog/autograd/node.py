@@ -56,19 +56,18 @@ class Site:
 class GradNode:
     """The backward half of one forward op call."""
 
-    __slots__ = ("op", "seq", "edges", "saved", "attrs", "in_meta", "out_shape", "out_dtype", "vlog_level",
-                 "capture", "site", "hooks", "__weakref__")
+    __slots__ = ("op", "seq", "edges", "saved", "attrs", "out_shape", "out_dtype", "vlog_level", "capture",
+                 "site", "hooks", "__weakref__")
 
     def __init__(self, op: OpDef, seq: int, edges: tuple[GradNode | None, ...], saved: tuple,
-                 attrs: dict[str, Any], in_meta: tuple, out: np.ndarray, vlog_level: int | None,
-                 capture: Capture | None, site: Site | None) -> None:
+                 attrs: dict[str, Any], out: np.ndarray, vlog_level: int | None, capture: Capture | None,
+                 site: Site | None) -> None:
         self.op = op
         self.seq = seq
         self.edges = edges  # per input slot: the node its gradient flows to, or None
         self.saved = saved  # None once released by a backward without retain_graph
         self.attrs = attrs
-        self.in_meta = in_meta  # per input slot: (shape, dtype), what its gradient must match
-        self.out_shape = out.shape
+        self.out_shape = out.shape  # what the gradient arriving here must match
         self.out_dtype = out.dtype
         self.vlog_level = vlog_level
         self.capture = capture
@@ -78,6 +77,11 @@ class GradNode:
     @property
     def name(self) -> str:
         return f"{self.op.name}{self.seq}GradNode"
+
+    @property
+    def in_meta(self) -> tuple[tuple[tuple[int, ...], np.dtype] | None, ...]:
+        """Per input slot, the (shape, dtype) its gradient must have: the output of the node it flows to."""
+        return tuple(None if e is None else (e.out_shape, e.out_dtype) for e in self.edges)
 
     @property
     def out_name(self) -> str:
@@ -102,8 +106,7 @@ class AccumulationNode(GradNode):
 
     def __init__(self, leaf: Tensor) -> None:
         data = leaf._data
-        super().__init__(ACCUMULATION, 0, (), (), {}, ((data.shape, data.dtype),), data, leaf._vlog_tag,
-                         None, None)
+        super().__init__(ACCUMULATION, 0, (), (), {}, data, leaf._vlog_tag, None, None)
         self.leaf = weakref.ref(leaf)
         self.producer: GradNode | None = None  # the node that last sent this leaf a gradient
 

@@ -17,7 +17,8 @@ class OpDef:
     `backward(grad_out, *saved, **attrs) -> tuple of input gradients` (None where there is none).
 
     `saves` names what backward receives after the gradient, in order: an input slot, `out`,
-    `<slot>.shape`, or a key of the forward's aux dict. Only inputs with a float dtype get gradients.
+    `<slot>.shape`, a key of the forward's aux dict, or `needs_grad` (per input, whether its gradient is
+    wanted: an op whose input gradients are costly skips those nobody needs and returns None there).
     """
 
     name: str
@@ -32,19 +33,19 @@ class OpDef:
     def __post_init__(self) -> None:
         if not self.differentiable:
             object.__setattr__(self, "differentiable", (True,) * len(self.inputs))
-        known = set(self.inputs) | {"out"} | {f"{s}.shape" for s in self.inputs} | set(self.aux)
+        known = set(self.inputs) | {"out", "needs_grad"} | {f"{s}.shape" for s in self.inputs} | set(self.aux)
         unknown = [s for s in self.saves if s not in known]
         if unknown:
-            raise ValueError(f"op {self.name}: saves {unknown} are not inputs, out, <input>.shape or aux")
-        # How to fetch each saved item: ("in", index), ("shape", index), ("out", None) or ("aux", key).
+            raise ValueError(f"op {self.name}: saves {unknown} are not inputs, out, <input>.shape, needs_grad or aux")
+        # How to fetch each saved item: ("in", index), ("shape", index), ("out"|"needs_grad", None) or ("aux", key).
         plan = []
         for s in self.saves:
             if s in self.inputs:
                 plan.append(("in", self.inputs.index(s)))
             elif s.endswith(".shape"):
                 plan.append(("shape", self.inputs.index(s[:-6])))
-            elif s == "out":
-                plan.append(("out", None))
+            elif s in ("out", "needs_grad"):
+                plan.append((s, None))
             else:
                 plan.append(("aux", s))
         object.__setattr__(self, "save_plan", tuple(plan))

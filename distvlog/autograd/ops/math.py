@@ -8,33 +8,42 @@ import numpy as np
 from ..opdef import op
 
 
+def mm(a, b):
+    """Matrix product; np.dot for 2-D, which always uses BLAS (np.matmul does not for some shapes: an outer
+    product at batch 1 is several times slower)."""
+    return np.dot(a, b) if a.ndim == 2 and b.ndim == 2 else np.matmul(a, b)
+
+
 def _matmul_fwd(x, y, transpose_x=False, transpose_y=False):
     return np.matmul(np.swapaxes(x, -1, -2) if transpose_x else x, np.swapaxes(y, -1, -2) if transpose_y else y)
 
 
-def _matmul_bwd(g, x, y, transpose_x=False, transpose_y=False):
+def _matmul_bwd(g, x, y, needs_grad, transpose_x=False, transpose_y=False):
     if x.ndim == 1 and y.ndim == 1:
         return g * y, g * x
     vec_x, vec_y = x.ndim == 1, y.ndim == 1  # numpy's rules: a vector is a row on the left, a column on the right
     x2, y2 = (x[None, :] if vec_x else x), (y[:, None] if vec_y else y)
     g2 = np.expand_dims(g, -1) if vec_y else g
     g2 = np.expand_dims(g2, -2) if vec_x else g2
-    a = np.swapaxes(x2, -1, -2) if transpose_x else x2
-    b = np.swapaxes(y2, -1, -2) if transpose_y else y2
-    gx = g2 @ np.swapaxes(b, -1, -2)
-    gy = np.swapaxes(a, -1, -2) @ g2
-    if transpose_x:
-        gx = np.swapaxes(gx, -1, -2)
-    if transpose_y:
-        gy = np.swapaxes(gy, -1, -2)
-    return (gx[..., 0, :] if vec_x else gx), (gy[..., :, 0] if vec_y else gy)
+    gx = gy = None
+    if needs_grad[0]:
+        b = np.swapaxes(y2, -1, -2) if transpose_y else y2
+        gx = mm(g2, np.swapaxes(b, -1, -2))
+        gx = np.swapaxes(gx, -1, -2) if transpose_x else gx
+        gx = gx[..., 0, :] if vec_x else gx
+    if needs_grad[1]:
+        a = np.swapaxes(x2, -1, -2) if transpose_x else x2
+        gy = mm(np.swapaxes(a, -1, -2), g2)
+        gy = np.swapaxes(gy, -1, -2) if transpose_y else gy
+        gy = gy[..., :, 0] if vec_y else gy
+    return gx, gy
 
 
 ADD = op("add", "x y", np.add, lambda g: (g, g), promote=True)
 SUBTRACT = op("subtract", "x y", np.subtract, lambda g: (g, -g), promote=True)
 MULTIPLY = op("multiply", "x y", np.multiply, lambda g, x, y: (g * y, g * x), saves="x y", promote=True)
 DIVIDE = op("divide", "x y", np.divide, lambda g, x, y: (g / y, -g * x / (y * y)), saves="x y", promote=True)
-MATMUL = op("matmul", "x y", _matmul_fwd, _matmul_bwd, saves="x y", promote=True)
+MATMUL = op("matmul", "x y", _matmul_fwd, _matmul_bwd, saves="x y needs_grad", promote=True)
 NEG = op("neg", "x", np.negative, lambda g: (-g,))
 POW = op("pow", "x", lambda x, y: np.power(x, y), lambda g, x, y: (g * y * np.power(x, y - 1),), saves="x")
 EXP = op("exp", "x", np.exp, lambda g, out: (g * out,), saves="out")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..opdef import op
+from .math import mm
 
 
 def _log_softmax(x, axis):
@@ -19,6 +20,11 @@ def _labels(label, n_classes):
     return label
 
 
+def _rows(a, classes):
+    """Index of each label's element in `a` viewed as rows of classes (cheaper than take_along_axis)."""
+    return np.arange(a.size // a.shape[-1]), classes.ravel()
+
+
 def _ce_fwd(logits, label, ignore_index, reduction):
     logp = _log_softmax(logits, -1)
     label = _labels(label, logits.shape[-1])
@@ -26,7 +32,7 @@ def _ce_fwd(logits, label, ignore_index, reduction):
     safe = np.where(valid, label, 0)
     if safe.size and (safe.min() < 0 or safe.max() >= logits.shape[-1]):
         raise ValueError(f"cross_entropy: labels must be in [0, {logits.shape[-1]}), got {safe.min()}..{safe.max()}")
-    picked = np.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
+    picked = logp.reshape(-1, logp.shape[-1])[_rows(logp, safe)].reshape(safe.shape)
     losses = np.where(valid, -picked, 0).astype(logits.dtype)
     count = max(int(valid.sum()), 1)
     out = losses if reduction == "none" else losses.sum() / count if reduction == "mean" else losses.sum()
@@ -35,7 +41,7 @@ def _ce_fwd(logits, label, ignore_index, reduction):
 
 def _ce_bwd(g, softmax, safe, valid, ignore_index, reduction):
     grad = softmax.copy()
-    np.put_along_axis(grad, safe[..., None], np.take_along_axis(grad, safe[..., None], axis=-1) - 1, axis=-1)
+    grad.reshape(-1, grad.shape[-1])[_rows(grad, safe)] -= 1  # a view of the fresh copy: d/dlogits = p - onehot
     scale = valid / max(int(valid.sum()), 1) if reduction == "mean" else valid.astype(grad.dtype)
     g = g[..., None] if reduction == "none" else g
     return grad * (scale[..., None] * g), None
@@ -51,6 +57,14 @@ def _mse_fwd(x, y, reduction):
 def _mse_bwd(g, diff, reduction):
     grad = 2 * diff * (g / diff.size if reduction == "mean" else g)
     return grad, -grad
+
+
+def _linear_bwd(g, x, w, needs_grad):
+    """Only the wanted gradients: the first layer's input gradient is a full matmul that data never needs."""
+    need_x, need_w, need_b = needs_grad
+    gx = np.matmul(g, w.T) if need_x else None
+    gw = mm(x.reshape(-1, x.shape[-1]).T, g.reshape(-1, g.shape[-1])) if need_w else None
+    return gx, gw, (g if need_b else None)
 
 
 def _dropout_fwd(x, p):
@@ -70,8 +84,6 @@ LOG_SOFTMAX = op("log_softmax", "x", _log_softmax,
 CROSS_ENTROPY = op("cross_entropy", "input label", _ce_fwd, _ce_bwd, saves="softmax safe valid",
                    aux="softmax safe valid", differentiable=(True, False))
 MSE_LOSS = op("mse_loss", "input label", _mse_fwd, _mse_bwd, saves="diff", aux="diff", promote=True)
-LINEAR = op("linear", "x weight bias",
-            lambda x, w, b: np.matmul(x, w) + b,
-            lambda g, x, w: (g @ w.T, x.reshape(-1, x.shape[-1]).T @ g.reshape(-1, g.shape[-1]), g),
-            saves="x weight")
+LINEAR = op("linear", "x weight bias", lambda x, w, b: np.matmul(x, w) + b, _linear_bwd,
+            saves="x weight needs_grad")
 DROPOUT = op("dropout", "x", _dropout_fwd, lambda g, mask, p: (g * mask,), saves="mask", aux="mask")
