@@ -32,19 +32,28 @@ MAX_VALUES = 24  # elements printed per tensor at level >= 11
 def grad_stats(a: np.ndarray) -> dict[str, Any]:
     """Statistics that tell ranks apart: cheap, exact to compare (checksum) and robust to NaN/Inf."""
     a = np.asarray(a)
-    finite = np.isfinite(a)
-    n_nan = int(np.isnan(a).sum())
-    values = a[finite].astype(np.float64) if not finite.all() else a.astype(np.float64, copy=False)
+    flat = a.reshape(-1)
+    total = flat.sum()
+    if np.isfinite(total):  # any NaN or Inf would make the sum non-finite: one pass decides the common case
+        values, n_nan, n_inf = flat, 0, 0
+        mean = float(total) / flat.size if flat.size else float("nan")
+    else:  # some value is not finite (or the sum overflowed): count exactly, describe the finite rest
+        finite = np.isfinite(flat)
+        values = flat[finite]
+        n_nan = int(np.count_nonzero(np.isnan(flat)))
+        n_inf = flat.size - int(np.count_nonzero(finite)) - n_nan
+        mean = float(values.mean(dtype=np.float64)) if values.size else float("nan")
+    empty = values.size == 0
     return {
         "shape": "x".join(map(str, a.shape)),
-        "dtype": str(a.dtype),
-        "norm": float(np.sqrt(np.dot(values.ravel(), values.ravel()))) if values.size else 0.0,
-        "min": float(values.min()) if values.size else float("nan"),
-        "max": float(values.max()) if values.size else float("nan"),
-        "mean": float(values.mean()) if values.size else float("nan"),
+        "dtype": a.dtype.name,
+        "norm": 0.0 if empty else float(np.sqrt(np.dot(values, values))),
+        "min": float("nan") if empty else float(values.min()),
+        "max": float("nan") if empty else float(values.max()),
+        "mean": mean,
         "nan": n_nan,
-        "inf": int(a.size - finite.sum()) - n_nan,
-        "checksum": f"{zlib.crc32(np.ascontiguousarray(a).tobytes()):08x}",
+        "inf": n_inf,
+        "checksum": f"{zlib.crc32(np.ascontiguousarray(a)):08x}",  # position-sensitive, reads the buffer in place
     }
 
 
@@ -55,27 +64,36 @@ def _ptr(a: Any) -> str:
 class NodeLog:
     """The log of one node run; created by the engine only when the node's level is 3 or more."""
 
-    __slots__ = ("node", "level", "log", "api")
+    __slots__ = ("node", "level", "log", "api", "_stats", "_inputs_text")
 
     def __init__(self, node: GradNode, level: int, pass_id: int) -> None:
         self.node, self.level = node, level
         self.log = _log.bind(node=node.name, **{"pass": pass_id})
         self.api = node.name if isinstance(node, AccumulationNode) else node.op.grad_name
+        self._stats: dict[int, dict[str, Any]] = {}  # per gradient array, computed once per run
+        self._inputs_text = ""
+
+    def stats(self, grad: np.ndarray) -> dict[str, Any]:
+        s = self._stats.get(id(grad))
+        if s is None:
+            s = self._stats[id(grad)] = grad_stats(grad)
+        return s
 
     def _line(self, v: int, text: str, **fields: Any) -> None:
         if v <= self.level:
             self.log.vlog_at(v, text, **fields)
 
-    def _tensor(self, name: str, a: Any, grad_node: GradNode | None) -> str:
+    def _tensor(self, name: str, a: Any, grad_node: GradNode | None, is_grad: bool = True) -> str:
         fields = [f"Name: {name}"]
         if self.level >= 4:
             fields += ["Initialized: 1", f"Tensor_Ptr:0x{id(a):x}", f"Tensor_Impl_Ptr: {_ptr(a)}"]
         if self.level >= 5:
             a = np.asarray(a)
-            s = grad_stats(a)
             fields.append(f"TensorInfo: {{ Type: DenseTensor, Dtype: {a.dtype}, Place: CPU, Shape: {list(a.shape)} }}")
-            fields.append("Stats: { " + ", ".join(f"{k}: {v}" for k, v in s.items() if k not in ("shape", "dtype"))
-                          + " }")
+            if is_grad:  # statistics are for gradients; saved forward tensors get TensorInfo, as in Paddle
+                s = self.stats(a)
+                fields.append("Stats: { " + ", ".join(f"{k}: {v}" for k, v in s.items() if k not in ("shape", "dtype"))
+                              + " }")
         if self.level >= 6:
             fields.append(f"ADInfo: {{ GradNode: {grad_node!r} }}" if grad_node is not None else "ADInfo: { None }")
         if self.level >= 11:
@@ -84,14 +102,17 @@ class NodeLog:
         return "[{\n        " + ",\n        ".join(fields) + " }]"
 
     def _inputs(self, grad: np.ndarray) -> str:
-        node = self.node
-        parts = [f"( grad_out , {self._tensor(node.out_name + '@Grad', grad, node)})"]
-        for what, value in zip(node.op.saves, node.saved or ()):
-            if isinstance(value, np.ndarray):
-                slot = node.op.inputs.index(what) if what in node.op.inputs else None
-                name = node.input_name(slot) if slot is not None else "None"
-                parts.append(f"( {what} , {self._tensor(name, value, None)})")
-        return "[ \n" + ",  \n".join(parts) + ", ]"
+        """The Input dump: the incoming gradient and the saved tensors (the same at begin and finish)."""
+        if not self._inputs_text:
+            node = self.node
+            parts = [f"( grad_out , {self._tensor(node.out_name + '@Grad', grad, node)})"]
+            for what, value in zip(node.op.saves, node.saved or ()):
+                if isinstance(value, np.ndarray):
+                    slot = node.op.inputs.index(what) if what in node.op.inputs else None
+                    name = node.input_name(slot) if slot is not None else "None"
+                    parts.append(f"( {what} , {self._tensor(name, value, None, is_grad=False)})")
+            self._inputs_text = "[ \n" + ",  \n".join(parts) + ", ]"
+        return self._inputs_text
 
     def begin(self, grad: np.ndarray) -> None:
         node, api = self.node, self.api
@@ -121,11 +142,11 @@ class NodeLog:
         self._line(3, f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } ")
         if self.level >= 5:
             site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
-            self._line(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **site, **grad_stats(grad))
+            self._line(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **site, **self.stats(grad))
             for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)):
                 if g is not None:
                     self._line(5, "grad_stats", slot=f"grad_{slot}", tensor=node.input_name(i) + "@Grad",
-                               **site, **grad_stats(g))
+                               **site, **self.stats(g))
         self._line(3, f"\n{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
 
     def pending(self, nxt: GradNode, grad: np.ndarray, summed: bool, in_degree: int) -> None:
