@@ -163,11 +163,15 @@ def _run_node(task: GraphTask, node: GradNode, grad: np.ndarray, nlog: NodeLog |
 
 
 def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None) -> None:
+    """Add into the leaf's `.grad`, then run its post-accumulate hooks (their errors are theirs to word:
+    they reach the caller of backward() as raised)."""
     leaf = node.leaf()
     if nlog is not None:
         nlog.begin(grad)
     if leaf is not None:
         leaf.grad = Tensor(grad) if leaf.grad is None else Tensor(leaf.grad._data + grad)
+        for hook in node.post_hooks or ():
+            hook(leaf)
     if nlog is not None:
         nlog.finish(grad, ())
 

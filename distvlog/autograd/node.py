@@ -102,13 +102,14 @@ ACCUMULATION = OpDef("accumulation", ("grad",), forward=lambda g: g, backward=la
 class AccumulationNode(GradNode):
     """GradNodeAccumulation: the end of every path, adding the gradient into a leaf tensor's `.grad`."""
 
-    __slots__ = ("leaf", "producer")
+    __slots__ = ("leaf", "producer", "post_hooks")
 
     def __init__(self, leaf: Tensor) -> None:
         data = leaf._data
         super().__init__(ACCUMULATION, 0, (), (), {}, data, leaf._vlog_tag, None, None)
         self.leaf = weakref.ref(leaf)
         self.producer: GradNode | None = None  # the node that last sent this leaf a gradient
+        self.post_hooks: list[Callable] | None = None  # run after backward() updated `.grad`
 
     @property
     def name(self) -> str:

@@ -115,6 +115,18 @@ class Tensor:
         node.hooks.append(hook)
         return HookHandle(node.hooks, hook)
 
+    def register_post_accumulate_grad_hook(self, hook: Callable[[Tensor], None]) -> HookHandle:
+        """Call `hook(self)` each time backward() has accumulated into this leaf's `.grad` (grad() does not:
+        it leaves `.grad` alone). DataParallel starts its allreduces from here."""
+        if self._node is not None or self.stop_gradient:
+            raise RuntimeError(f"post-accumulate hooks are for leaf tensors with stop_gradient=False; "
+                               f"{self.name} is not one")
+        node = self._grad_node()
+        if node.post_hooks is None:
+            node.post_hooks = []
+        node.post_hooks.append(hook)
+        return HookHandle(node.post_hooks, hook)
+
     def detach(self) -> Tensor:
         return Tensor(self._data)
 

@@ -75,7 +75,7 @@ class DataParallel:
         self._broadcast()
         for bucket in self.buckets:
             for i, param in enumerate(bucket.params):
-                param.register_hook(self._hook(bucket, i))
+                param.register_post_accumulate_grad_hook(self._hook(bucket, i))
 
     # -- the wrapped model -------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -126,7 +126,7 @@ class DataParallel:
         _log.vlog(1, "broadcast parameters end", params=len(self.params), buckets=len(self.buckets))
 
     def _hook(self, bucket: Bucket, i: int) -> Callable[[Tensor], None]:
-        def on_gradient(grad: Tensor) -> None:
+        def on_accumulated(param: Tensor) -> None:
             if not self._sync:
                 return
             reduction = self._reduction
@@ -134,17 +134,16 @@ class DataParallel:
                 reduction = self._reduction = _Reduction(self.buckets)
                 queue_callback(self._finish)
             if self.overlap:
-                self._deliver(reduction, bucket, i, grad.numpy())
-        return on_gradient
+                self._deliver(reduction, bucket, i, param.grad.numpy())
+        return on_accumulated
 
     def _deliver(self, reduction: _Reduction, bucket: Bucket, i: int, grad: np.ndarray) -> None:
-        """Overlap mode: put the parameter's gradient as it will be after accumulation into its bucket,
-        and start every bucket that is complete and next in order."""
+        """Overlap mode: put the parameter's accumulated gradient into its bucket, and start every bucket
+        that is complete and next in order."""
         flat = reduction.flats.get(bucket.index)
         if flat is None:
             flat = reduction.flats[bucket.index] = np.zeros(bucket.size, bucket.dtype)
-        held = bucket.params[i].grad
-        bucket.slot(flat, i)[...] = grad if held is None else held.numpy() + grad
+        bucket.slot(flat, i)[...] = grad
         reduction.delivered[bucket.index].add(i)
         while (reduction.launched < len(self.buckets) and len(reduction.delivered[reduction.launched])
                == len(self.buckets[reduction.launched].params)):

@@ -196,3 +196,34 @@ def test_promotion_inserts_recorded_cast_nodes():
     z = x * y
     edges = [e.name for e in z.grad_fn.edges]
     assert edges[0].startswith("cast") and edges[0].endswith("GradNode") and edges[1] == "GradNodeAccumulation"
+
+
+def test_post_accumulate_hooks_run_after_backward_updates_grad_and_never_for_grad():
+    x = leaf([1.0, 2.0])
+    seen = []
+    handle = x.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.numpy().copy()))
+    (x * 3).sum().backward()
+    (x * x).sum().backward()
+    np.testing.assert_array_equal(seen[0], [3, 3])
+    np.testing.assert_array_equal(seen[1], [3 + 2, 3 + 4]), "after accumulation, not before"
+    dv.grad((x * 5).sum(), [x])
+    assert len(seen) == 2, "grad() leaves .grad alone and fires no post-accumulate hook"
+    handle.remove()
+    (x * 3).sum().backward()
+    assert len(seen) == 2
+    with pytest.raises(RuntimeError, match="leaf tensors"):
+        (x * 2).register_post_accumulate_grad_hook(lambda t: None)
+
+
+def test_post_accumulate_hook_errors_reach_the_caller_as_raised():
+    class Refused(Exception):
+        pass
+
+    x = leaf([1.0])
+
+    def refuse(t):
+        raise Refused("rank 3 step 7: gradient of w has NaN")
+
+    x.register_post_accumulate_grad_hook(refuse)
+    with pytest.raises(Refused, match="rank 3 step 7"):
+        (x * 2).sum().backward()
