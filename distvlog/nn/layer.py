@@ -150,6 +150,8 @@ class Layer:
             for param in self.parameters():
                 param._data = param._data.astype(dtype)
                 param.grad = None
+                if param._accum is not None:  # its accumulation node fits gradients to the leaf's dtype
+                    param._accum.out_dtype = param._data.dtype
         return self
 
     # -- state -------------------------------------------------------------------------------------
