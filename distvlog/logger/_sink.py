@@ -113,7 +113,7 @@ class RankFile:
         self._clock_offsets = {slot: header.index(f'"{slot}":"'.encode()) + len(slot) + 4
                                for slot in _render.CLOCK_SLOTS}
         _rundir.point_latest(root, rid)
-        print(f"distvlog: rank {ident.rank} (pid {ident.pid}) logs to {path}", file=sys.stderr, flush=True)
+        _echo(f"distvlog: rank {ident.rank} (pid {ident.pid}) logs to {path}\n".encode())  # one write: ranks' lines stay whole
         for callback in self.on_open:
             callback(self)
 
