@@ -47,21 +47,21 @@ class GlogRenderer:
     """glog text, byte-compatible with glog so lnav's glog format, grep and sort keep working.
 
     Everything but the microseconds and the message is cached: `Lmmdd hh:mm:ss.` per second and severity,
-    ` tid file:line] [rank R] ` per thread and call site."""
+    ` tid file:line] [rank R] ` per thread and call site. Threads render concurrently, so the second and
+    its heads are one tuple, read once per record."""
 
     suffix = ".log"
 
     def __init__(self) -> None:
-        self._second = -1
-        self._heads: dict[str, str] = {}
+        self._stamp: tuple[int, dict[str, str]] = (-1, {})
         self._sites: dict[tuple, str] = {}
 
     def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
         second, us = divmod(ed["ts"], 1_000_000)
-        if second != self._second:
-            stamp = time.strftime("%m%d %H:%M:%S", time.localtime(second))
-            self._heads = {sev: f"{sev}{stamp}." for sev in "IWEF"}
-            self._second = second
+        stamp = self._stamp
+        if second != stamp[0]:
+            text = time.strftime("%m%d %H:%M:%S", time.localtime(second))
+            stamp = self._stamp = (second, {sev: f"{sev}{text}." for sev in "IWEF"})
         key = (ed["tid"], ed["file"], ed["line"], ed["rank"])
         site = self._sites.get(key)
         if site is None:
@@ -79,7 +79,7 @@ class GlogRenderer:
                 event = f"{first}{pairs}\n{rest}"
             else:
                 event += pairs
-        return (f"{self._heads[ed['severity']]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}{event}\n"
+        return (f"{stamp[1][ed['severity']]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}{event}\n"
                 ).encode("utf-8", "backslashreplace")
 
     def header(self, meta: dict[str, Any]) -> bytes:
