@@ -110,6 +110,11 @@ def clean_env(log_dir: Path, extra: dict[str, str] | None = None) -> dict[str, s
     return env
 
 
+def rank_files(log_dir: Path, pattern: str = "rank-*") -> list[Path]:
+    """The rank files in the run directories under `log_dir` (not through the `latest` link)."""
+    return sorted(p for p in log_dir.glob(f"*/{pattern}") if p.parent.name != "latest")
+
+
 @dataclass
 class Run:
     """A finished script: its process result and the log root it wrote to."""
@@ -118,7 +123,7 @@ class Run:
     log_dir: Path
 
     def files(self, pattern: str = "rank-*") -> list[Path]:
-        return sorted(p for p in self.log_dir.glob(f"*/{pattern}") if p.parent.name != "latest")
+        return rank_files(self.log_dir, pattern)
 
     def only_file(self) -> Path:
         files = self.files()

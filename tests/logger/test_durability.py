@@ -1,0 +1,311 @@
+"""Never lose a record: SIGTERM/SIGINT flush and then act as before, SIGKILL leaves only whole records,
+unhandled exceptions are logged where they were raised, threads, fork and the flush timer.
+
+Signal tests wait for the script's "ready" line before signalling, so every record logged before it must
+be in the file; nothing here limits how fast anything happens (timeouts only guard against hangs)."""
+
+from __future__ import annotations
+
+import ast
+import signal
+import time
+
+import pytest
+from logger_testkit import finish, line_of, rank_files, read_glog, wait_for_line, wait_until
+
+
+def _ids(records) -> list[int]:
+    """The `i=` field of every record, checking that they are 0, 1, 2, ... without gaps or repeats."""
+    ids = [int(r.first.rsplit(" i=", 1)[1]) for r in records]
+    assert ids == list(range(len(ids)))
+    return ids
+
+
+def scripts_records(scripts):
+    """The records of the one rank-0.log the script wrote."""
+    [path] = rank_files(scripts.log_dir, "rank-0.log")
+    return read_glog(path).records
+
+
+LOOP = '''
+import signal, sys
+import distvlog.logger as dlog
+{prologue}
+log = dlog.get_logger()
+i = 0
+while True:
+    log.info(f"record {{i}}", i=i)
+    i += 1
+    if i == 2000:
+        print("ready", flush=True)
+'''
+MY_HANDLER = '''
+def mine(signum, frame):
+    print("my handler ran", flush=True)
+    sys.exit(3)
+signal.signal(signal.SIGTERM, mine)
+'''
+
+
+@pytest.mark.parametrize("signum, prologue, rc", [
+    (signal.SIGTERM, "", -signal.SIGTERM),
+    (signal.SIGINT, "", -signal.SIGINT),  # KeyboardInterrupt, then Python exits by SIGINT
+    (signal.SIGTERM, MY_HANDLER, 3),  # the handler that was there before ours runs after the flush
+], ids=["SIGTERM", "SIGINT", "SIGTERM-chained"])
+def test_a_signal_mid_run_loses_nothing(scripts, signum, prologue, rc):
+    proc = scripts.start(LOOP.format(prologue=prologue))
+    wait_for_line(proc, "ready")
+    proc.send_signal(signum)
+    returncode, out, err = finish(proc)
+    assert returncode == rc, err
+    records = scripts_records(scripts)
+    assert len(_ids(records)) >= 2000
+    assert all(r.severity == "I" for r in records)  # a KeyboardInterrupt is not an error record
+    assert ("my handler ran" in out) == bool(prologue)
+
+
+SIGNAL_IN_CRITICAL_SECTION = '''
+import os, signal, time
+import distvlog.logger as dlog
+from distvlog.logger._sink import SINK
+log = dlog.get_logger()
+log.info("before")
+original = SINK._flush_locked
+def interrupted():  # the signal arrives while the sink holds its lock
+    SINK._flush_locked = original
+    os.kill(os.getpid(), signal.{signal})
+    original()
+SINK._flush_locked = interrupted
+{call}
+print("the signal was lost", flush=True)
+time.sleep(10)
+'''
+
+
+@pytest.mark.parametrize("signum, call", [
+    ("SIGTERM", "dlog.flush()"),  # the engine flushes at the end of every backward pass
+    ("SIGINT", "dlog.flush()"),
+    ("SIGTERM", 'log.warning("urgent")'),
+    ("SIGINT", 'log.warning("urgent")'),
+])
+def test_a_signal_inside_the_sinks_critical_section_is_delivered_after_it(scripts, signum, call):
+    run = scripts.run(SIGNAL_IN_CRITICAL_SECTION.format(signal=signum, call=call), rc=-getattr(signal, signum))
+    assert "lost" not in run.proc.stdout
+    assert [r.first for r in run.records()] == ["before"] + (["urgent"] if "warning" in call else [])
+
+
+KILLED = '''
+import distvlog.logger as dlog
+log = dlog.get_logger()
+i = 0
+while True:
+    log.info(f"record {i}\\n  detail {i}\\n  end {i}", i=i)
+    i += 1
+    if i == 3000:
+        print("ready", flush=True)
+'''
+
+
+def test_sigkill_leaves_only_whole_records(scripts):
+    proc = scripts.start(KILLED)
+    wait_for_line(proc, "ready")
+    time.sleep(0.2)  # let it write some more; any moment will do
+    proc.kill()
+    assert finish(proc)[0] == -signal.SIGKILL
+    records = scripts_records(scripts)  # parses: every line inside a record, the file ends with a newline
+    ids = _ids(records)
+    assert len(ids) >= 1000  # 3000 records are far more than one 64 KB buffer
+    assert all(r.more == [f"  detail {i}", f"  end {i}"] for i, r in zip(ids, records))
+
+
+BACKWARD = '''
+import distvlog as dv
+x = dv.randn([3, 4])
+x.stop_gradient = False
+def hook(grad):
+    raise ValueError("bad gradient")  # @raise
+x.register_hook(hook)
+with dv.backward_vlog_guard(4):
+    loss = (x * 2).sum()
+    loss.backward()
+'''
+
+
+def test_an_exception_mid_backward_leaves_its_traceback(scripts):
+    run = scripts.run(BACKWARD, rc=1)
+    records = run.records()
+    assert any(r.file == "nodelog.py" and "begin run" in r.first for r in records)  # the nodes that ran
+    last = records[-1]
+    assert (last.severity, last.file, last.line) == ("F", "script.py", line_of(BACKWARD, "raise"))
+    assert last.first == "Unhandled exception in main thread:"
+    assert "ValueError: bad gradient" in last.more
+    assert last.more[-1].startswith("distvlog.autograd.engine.BackwardError:")
+
+
+THREAD = '''
+import threading
+import distvlog.logger as dlog
+log = dlog.get_logger()
+def work():
+    log.info("worker started")
+    raise RuntimeError("worker failed")  # @raise
+t = threading.Thread(target=work, name="worker-1")
+t.start()
+t.join()
+log.info("main goes on")
+'''
+
+
+def test_an_exception_in_a_thread_is_an_error_record(scripts):
+    run = scripts.run(THREAD)
+    records = run.records()
+    assert [r.first for r in records] == ["worker started", "Unhandled exception in thread worker-1:", "main goes on"]
+    error = records[1]
+    assert (error.severity, error.file, error.line) == ("E", "script.py", line_of(THREAD, "raise"))
+    assert error.more[0] == "Traceback (most recent call last):" and error.more[-1] == "RuntimeError: worker failed"
+    assert "RuntimeError: worker failed" in run.proc.stderr
+
+
+THREADS = '''
+import threading
+import distvlog.logger as dlog
+log = dlog.get_logger()
+tids = {}
+def work(t):
+    tids[t] = threading.get_native_id()
+    for i in range(5000):
+        if i % 7:
+            log.info(f"t{t} n{i}", t=t, n=i)
+        else:
+            log.info(f"t{t} n{i}\\n  continued t{t} n{i}", t=t, n=i)
+threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(tids)
+'''
+
+
+def test_eight_threads_every_record_once_and_whole(scripts):
+    run = scripts.run(THREADS)
+    tids = ast.literal_eval(run.proc.stdout)
+    seen: dict[int, list[int]] = {t: [] for t in range(8)}
+    for rec in run.records():
+        t, n = rec.first.split(" ")[:2]
+        t, n = int(t[1:]), int(n[1:])
+        assert rec.first == f"t{t} n{n} t={t} n={n}" and rec.tid == tids[t]
+        assert rec.more == ([f"  continued t{t} n{n}"] if n % 7 == 0 else [])
+        seen[t].append(n)
+    assert seen == {t: list(range(5000)) for t in range(8)}  # each once, in each thread's order
+
+
+TIMESTAMPS = '''
+import sys, threading
+import distvlog.logger as dlog
+sys.setswitchinterval(1e-6)  # switch threads as often as possible
+log = dlog.get_logger()
+BASE = 1_700_000_000_000_000
+def work(t):
+    for i in range(4000):
+        second = (i + t) % 2
+        log.info("stamped", second=second, ts=BASE + second * 1_000_000 + 5)
+threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+'''
+
+
+def test_threads_get_their_own_timestamps(scripts):
+    """Records of different seconds rendered by racing threads each show their own second."""
+    records = scripts.run(TIMESTAMPS).records()
+    stamps = {s: time.strftime("%m%d %H:%M:%S", time.localtime(1_700_000_000 + s)) for s in (0, 1)}
+    wrong = [r for r in records if f"{r.mmdd} {r.hms}.{r.us}" != f"{stamps[int(r.first[-1])]}.000005"]
+    assert len(records) == 16000
+    assert not wrong, f"{len(wrong)} records show another record's second, e.g. line {wrong[0].lineno}"
+
+
+FORK = '''
+import os, sys
+import distvlog.logger as dlog
+log = dlog.get_logger()
+for i in range({before}):
+    log.info(f"parent before fork {{i}}")
+pid = os.fork()
+if pid == 0:
+    for i in range(3):
+        log.info(f"child {{i}}")
+    sys.exit(0)
+log.info("parent after fork")
+os.waitpid(pid, 0)
+print(pid)
+'''
+
+
+@pytest.mark.parametrize("before", [3, 0], ids=["file-open", "no-file-yet"])
+def test_fork_child_writes_its_own_file(scripts, before):
+    run = scripts.run(FORK.format(before=before))
+    child = int(run.proc.stdout)
+    files = {p.name: read_glog(p) for p in run.files()}
+    assert sorted(files) == sorted(["rank-0.log", f"rank-0.{child}.log"])
+    assert len({p.parent for p in run.files()}) == 1  # one run: the child's file is next to its parent's
+    assert [r.first for r in files["rank-0.log"].records] == [
+        f"parent before fork {i}" for i in range(before)] + ["parent after fork"]
+    assert files[f"rank-0.{child}.log"].meta["pid"] == child
+    assert [r.first for r in files[f"rank-0.{child}.log"].records] == ["child 0", "child 1", "child 2"]
+
+
+PROCESSES = '''
+import multiprocessing as mp
+import distvlog.logger as dlog
+log = dlog.get_logger()
+def work(k):
+    for i in range(3):
+        log.info(f"worker {k} record {i}")
+if __name__ == "__main__":
+    log.info("parent")
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=work, args=(k,)) for k in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    print(*(p.pid for p in procs))
+'''
+
+
+def test_multiprocessing_fork_workers_keep_their_records(scripts):
+    """multiprocessing ends a forked worker with os._exit (no atexit): its records must be flushed first."""
+    run = scripts.run(PROCESSES)
+    pids = [int(p) for p in run.proc.stdout.split()]
+    run_dir = run.files()[0].parent
+    for k, pid in enumerate(pids):
+        records = read_glog(run_dir / f"rank-0.{pid}.log").records
+        assert [r.first for r in records] == [f"worker {k} record {i}" for i in range(3)]
+
+
+IDLE = '''
+import time
+import distvlog.logger as dlog
+dlog.get_logger().info("lonely record")
+print("ready", flush=True)
+time.sleep(120)
+'''
+
+
+def test_the_timer_flushes_an_idle_process(scripts):
+    proc = scripts.start(IDLE)
+    try:
+        wait_for_line(proc, "ready")
+
+        def flushed() -> bool:
+            files = rank_files(scripts.log_dir, "rank-0.log")
+            return bool(files) and b"lonely record" in files[0].read_bytes()
+
+        wait_until(flushed, timeout=30, what="the timer's flush")
+        assert proc.poll() is None  # flushed by the timer, not at exit
+    finally:
+        proc.kill()
+        finish(proc)
