@@ -9,6 +9,9 @@ from ._logger import get_logger
 
 class _Bridge(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "_distvlog_bridged", False):
+            return  # captured on a logger and on one of its ancestors: the record reaches us twice
+        record._distvlog_bridged = True
         try:
             message = record.getMessage()
             if record.exc_info:
