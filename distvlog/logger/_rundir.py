@@ -2,7 +2,8 @@
 
 A run never writes into another run's files: files are created with O_EXCL and without following
 symlinks; if a rank's file already exists (a reused run id), the rank moves on to `<run_id>.1`, `.2`, ...
-Every rank of the reused job sees the same files, so all of them land in the same new directory.
+Every rank of the reused job sees the same files, so all of them land in the same new directory. Only a
+process started by the file's writer (a helper of that rank) joins that run instead.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 import stat
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
@@ -87,35 +89,47 @@ def _real_dir(path: Path) -> None:
         raise OSError(f"distvlog: {path} is not a directory (symlinks are not followed)")
 
 
-def _writer_alive(path: Path) -> bool:
-    """Whether the process that created `path` (per its header) is still running on this host. Only a
-    regular file is read: never through a symlink, never a FIFO (opening one for reading would block)."""
+def _ancestors() -> Iterator[int]:
+    """This process's parent, grandparent, ... (from /proc; nothing where there is no /proc)."""
+    pid = os.getppid()
+    for _ in range(256):
+        if pid <= 1:
+            return
+        yield pid
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return
+
+
+def _written_by_an_ancestor(path: Path) -> bool:
+    """Whether the process that created `path` (per its header) started this one: this process is its
+    helper, of the same job. Only a regular file is read: never through a symlink, never a FIFO (opening
+    one for reading would block)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
         try:
             match = _PID_IN_HEADER.search(os.read(fd, 4096)) if stat.S_ISREG(os.fstat(fd).st_mode) else None
         finally:
             os.close(fd)
-        if match:
-            os.kill(int(match.group(1)), 0)
-            return True
-    except (OSError, ValueError):
-        pass
-    return False
+    except OSError:
+        return False
+    return match is not None and int(match.group(1)) in _ancestors()
 
 
 def create_rank_file(root: Path, run_id: str, stem: str, suffix: str, pid: int) -> tuple[int, Path, str]:
     """Create `root/<run id>/<stem><suffix>` exclusively; returns (fd, path, the run id actually used).
 
-    A name held by a live process of this run (a helper spawned with the same rank) gives this process
-    `<stem>.<pid><suffix>` in the same run; a name left by a finished job moves the rank to the next run id.
+    A name held by the process that started this one (a helper spawned by a rank inherits its rank and run
+    id) gives this process `<stem>.<pid><suffix>` in that run; a name held by anyone else (a finished job,
+    or another job running with the same run id) moves the rank on to the next run id.
     """
     root.mkdir(parents=True, exist_ok=True)
     for attempt in range(1000):
         rid = run_id if attempt == 0 else f"{run_id}.{attempt}"
         _real_dir(root / rid)
         names = [stem + suffix]
-        if attempt == 0 and _writer_alive(root / rid / names[0]):
+        if _written_by_an_ancestor(root / rid / names[0]):
             names.append(f"{stem}.{pid}{suffix}")
         for name in names:
             path = root / rid / name

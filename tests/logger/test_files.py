@@ -8,7 +8,7 @@ import re
 import subprocess
 
 import pytest
-from logger_testkit import GLOG_PREFIX, finish, read_glog
+from logger_testkit import GLOG_PREFIX, finish, read_glog, wait_for_line
 
 from distvlog.logger._identity import rank_from_env
 
@@ -148,3 +148,44 @@ def test_a_symlink_in_place_of_a_run_dir_is_not_followed(scripts):
         assert "Error in sys.excepthook" not in run.proc.stderr
     else:
         assert len(read_glog(scripts.log_dir / "run.1" / "rank-0.log").records) == 5
+
+
+HELPER = '''
+import os, subprocess, sys
+import distvlog.logger as dlog
+dlog.get_logger().info("rank process")
+subprocess.run([sys.executable, "-c", "import distvlog.logger as d; d.get_logger().info('helper')"], check=True)
+'''
+
+
+def test_a_helper_process_of_a_rank_joins_its_run(scripts):
+    """A process the rank starts (same rank, same run id in its environment) writes rank-R.<pid>.log next to
+    its parent's file, also when a reused run id moved the parent on to <run_id>.1."""
+    for run_id in ("helped", "helped.1"):
+        scripts.run(HELPER, env={"DISTVLOG_RUN_ID": "helped"})
+        files = {f.name: [r.first for r in read_glog(f).records] for f in (scripts.log_dir / run_id).iterdir()}
+        assert files.pop("rank-0.log") == ["rank process"]
+        [(name, records)] = files.items()
+        assert re.fullmatch(r"rank-0\.\d+\.log", name) and records == ["helper"]
+
+
+RUNNING = '''
+import time
+import distvlog.logger as dlog
+dlog.get_logger().info("first job")
+dlog.flush()
+print("ready", flush=True)
+time.sleep(120)
+'''
+
+
+def test_a_concurrent_job_with_the_same_run_id_gets_its_own_run(scripts):
+    first = scripts.start(RUNNING, env={"DISTVLOG_RUN_ID": "same"})
+    try:
+        wait_for_line(first, "ready")
+        scripts.run(LOGS, env={"DISTVLOG_RUN_ID": "same"})
+    finally:
+        first.kill()
+        finish(first)
+    assert [p.name for p in (scripts.log_dir / "same").iterdir()] == ["rank-0.log"]
+    assert len(read_glog(scripts.log_dir / "same.1" / "rank-0.log").records) == 5
