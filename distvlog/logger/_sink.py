@@ -27,8 +27,11 @@ class RankFile:
     """One per process. Its `write`/`write_urgent` are what the structlog pipeline's logger calls."""
 
     def __init__(self) -> None:
-        self.format = os.environ.get("DISTVLOG_FORMAT", "glog")
-        self.renderer = _render.RENDERERS.get(self.format, _render.GlogRenderer)()
+        self.format = os.environ.get("DISTVLOG_FORMAT") or "glog"
+        if self.format not in _render.RENDERERS:
+            raise ValueError(f"distvlog: DISTVLOG_FORMAT={self.format!r} is not a log format "
+                             f"(choose from {sorted(_render.RENDERERS)})")
+        self.renderer = _render.RENDERERS[self.format]()
         self.run_id: str | None = None
         self.root: Path | None = None
         self.path: Path | None = None
