@@ -6,6 +6,7 @@ processor chain (`PROCESSORS`), ending in the renderer of the process's log file
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from typing import Any, Callable
@@ -90,10 +91,24 @@ skip_frames_of(Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logg
 _loggers: dict[str, Logger] = {}
 
 
+def _module_name(caller_globals: dict[str, Any]) -> str:
+    """The caller's module name; for the main script the name it has as a module (`train` for `python
+    train.py`, `pkg.train` for `python -m pkg.train`), so that vmodule's `train=2` matches it, as glog's
+    vmodule matches the file's basename."""
+    name = caller_globals.get("__name__", "__main__")
+    if name != "__main__":
+        return name
+    spec = caller_globals.get("__spec__")
+    if spec is not None and spec.name:
+        return spec.name
+    path = caller_globals.get("__file__")
+    return os.path.splitext(os.path.basename(path))[0] if path else name
+
+
 def get_logger(name: str | None = None, **initial_values: Any) -> Logger:
     """A logger for `name` (default: the calling module) writing to this rank's file."""
     if name is None:
-        name = sys._getframe(1).f_globals.get("__name__", "__main__")
+        name = _module_name(sys._getframe(1).f_globals)
     logger = _loggers.get(name)
     if logger is None:
         logger = _loggers[name] = Logger(_ModuleLogger(name), PROCESSORS, {})

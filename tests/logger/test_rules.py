@@ -43,6 +43,15 @@ def test_levels_from_the_environment(scripts, env):
         "chatty 3 v=3", "main debug v=1"]
 
 
+def test_vmodule_names_the_main_script_by_its_file(scripts):
+    """`python script.py` logs as module `script` (glog matches file basenames), not `__main__`."""
+    _module(scripts, "chatty")
+    _module(scripts, "chatter")
+    run = scripts.run(MODULES, env={"DISTVLOG_VMODULE": "script=2"})
+    assert [r.first for r in run.records()] == [
+        "main 0 v=0", "chatty 0 v=0", "chatter 0 v=0", "main 1 v=1", "main 2 v=2", "main debug v=1"]
+
+
 def test_nothing_verbose_by_default(scripts):
     _module(scripts, "chatty")
     _module(scripts, "chatter")
