@@ -309,3 +309,34 @@ def test_the_timer_flushes_an_idle_process(scripts):
     finally:
         proc.kill()
         finish(proc)
+
+
+FLUSH_POINTS = '''
+import os
+import distvlog as dv
+import distvlog.logger as dlog
+log = dlog.get_logger()
+def lines_on_disk():
+    return open(dlog.log_file_path()).read().count("\\n")
+log.info("buffered")
+lines = [lines_on_disk()]
+log.warning("urgent")
+lines.append(lines_on_disk())
+x = dv.randn([2, 2])
+x.stop_gradient = False
+with dv.backward_vlog_guard(4):
+    (x * 3).sum().backward()
+lines.append(lines_on_disk())
+log.info("buffered again")
+lines.append(lines_on_disk())
+print(*lines)
+os._exit(0)
+'''
+
+
+def test_warnings_and_the_end_of_a_backward_pass_flush(scripts):
+    run = scripts.run(FLUSH_POINTS, env={"DISTVLOG_FLUSH_INTERVAL": "3600"})  # no timer flush in between
+    header = 4  # glog's three lines and the meta record
+    buffered, urgent, backward, again = map(int, run.proc.stdout.split())
+    assert (buffered, urgent) == (header, header + 2)
+    assert backward > urgent + 10 and again == backward

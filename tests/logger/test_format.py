@@ -231,8 +231,3 @@ def test_simulated_clock_skew_shifts_records_and_header(scripts):
     assert out["before"] + skew <= records[0]["ts"] <= out["after"] + skew
     assert out["before"] + skew <= meta["created_us"] <= out["after"] + skew
 
-
-def test_an_unknown_format_is_a_clear_error(scripts):
-    run = scripts.run("import distvlog.logger", env={"DISTVLOG_FORMAT": "json"}, rc=1)
-    assert run.proc.stderr.strip().splitlines()[-1] == (
-        "ValueError: distvlog: DISTVLOG_FORMAT='json' is not a log format (choose from ['glog', 'jsonl'])")
