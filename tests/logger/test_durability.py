@@ -34,11 +34,13 @@ import distvlog.logger as dlog
 log = dlog.get_logger()
 i = 0
 while True:
-    log.info(f"record {{i}}", i=i)
+    log.info({message}, i=i)
     i += 1
     if i == 2000:
         print("ready", flush=True)
 '''
+ONE_LINE = 'f"record {i}"'
+THREE_LINES = 'f"record {i}\\n  detail {i}\\n  end {i}"'
 MY_HANDLER = '''
 def mine(signum, frame):
     print("my handler ran", flush=True)
@@ -53,7 +55,7 @@ signal.signal(signal.SIGTERM, mine)
     (signal.SIGTERM, MY_HANDLER, 3),  # the handler that was there before ours runs after the flush
 ], ids=["SIGTERM", "SIGINT", "SIGTERM-chained"])
 def test_a_signal_mid_run_loses_nothing(scripts, signum, prologue, rc):
-    proc = scripts.start(LOOP.format(prologue=prologue))
+    proc = scripts.start(LOOP.format(prologue=prologue, message=ONE_LINE))
     wait_for_line(proc, "ready")
     proc.send_signal(signum)
     returncode, out, err = finish(proc)
@@ -94,27 +96,15 @@ def test_a_signal_inside_the_sinks_critical_section_is_delivered_after_it(script
     assert [r.first for r in run.records()] == ["before"] + (["urgent"] if "warning" in call else [])
 
 
-KILLED = '''
-import distvlog.logger as dlog
-log = dlog.get_logger()
-i = 0
-while True:
-    log.info(f"record {i}\\n  detail {i}\\n  end {i}", i=i)
-    i += 1
-    if i == 3000:
-        print("ready", flush=True)
-'''
-
-
 def test_sigkill_leaves_only_whole_records(scripts):
-    proc = scripts.start(KILLED)
+    proc = scripts.start(LOOP.format(prologue="", message=THREE_LINES))
     wait_for_line(proc, "ready")
     time.sleep(0.2)  # let it write some more; any moment will do
     proc.kill()
     assert finish(proc)[0] == -signal.SIGKILL
     records = scripts_records(scripts)  # parses: every line inside a record, the file ends with a newline
     ids = _ids(records)
-    assert len(ids) >= 1000  # 3000 records are far more than one 64 KB buffer
+    assert len(ids) >= 1000  # the 2000 records before "ready" filled three 64 KB buffers
     assert all(r.more == [f"  detail {i}", f"  end {i}"] for i, r in zip(ids, records))
 
 
