@@ -110,24 +110,18 @@ def clean_env(log_dir: Path, extra: dict[str, str] | None = None) -> dict[str, s
     return env
 
 
-def rank_files(log_dir: Path, pattern: str = "rank-*") -> list[Path]:
-    """The rank files in the run directories under `log_dir` (not through the `latest` link)."""
-    return sorted(p for p in log_dir.glob(f"*/{pattern}") if p.parent.name != "latest")
+class LogDir:
+    """The rank files a script wrote under `log_dir`."""
 
-
-@dataclass
-class Run:
-    """A finished script: its process result and the log root it wrote to."""
-
-    proc: subprocess.CompletedProcess
     log_dir: Path
 
     def files(self, pattern: str = "rank-*") -> list[Path]:
-        return rank_files(self.log_dir, pattern)
+        """The rank files in the run directories (not through the `latest` link)."""
+        return sorted(p for p in self.log_dir.glob(f"*/{pattern}") if p.parent.name != "latest")
 
     def only_file(self) -> Path:
         files = self.files()
-        assert len(files) == 1, f"expected one rank file, found {files}\n{self.proc.stderr}"
+        assert len(files) == 1, f"expected one rank file, found {files}"
         return files[0]
 
     def glog(self) -> GlogFile:
@@ -137,8 +131,17 @@ class Run:
         return self.glog().records
 
 
-class Scripts:
-    """Writes test scripts into a temporary directory and runs them there, each in a fresh process."""
+@dataclass
+class Run(LogDir):
+    """A finished script: its process result and the log root it wrote to."""
+
+    proc: subprocess.CompletedProcess
+    log_dir: Path
+
+
+class Scripts(LogDir):
+    """Writes test scripts into a temporary directory and runs them there, each in a fresh process; what
+    they logged is under `log_dir` (`files()`, `records()`, ...)."""
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp

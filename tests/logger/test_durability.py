@@ -11,7 +11,7 @@ import signal
 import time
 
 import pytest
-from logger_testkit import finish, line_of, rank_files, read_glog, wait_for_line, wait_until
+from logger_testkit import finish, line_of, read_glog, wait_for_line, wait_until
 
 
 def _ids(records) -> list[int]:
@@ -19,12 +19,6 @@ def _ids(records) -> list[int]:
     ids = [int(r.first.rsplit(" i=", 1)[1]) for r in records]
     assert ids == list(range(len(ids)))
     return ids
-
-
-def scripts_records(scripts):
-    """The records of the one rank-0.log the script wrote."""
-    [path] = rank_files(scripts.log_dir, "rank-0.log")
-    return read_glog(path).records
 
 
 LOOP = '''
@@ -60,7 +54,7 @@ def test_a_signal_mid_run_loses_nothing(scripts, signum, prologue, rc):
     proc.send_signal(signum)
     returncode, out, err = finish(proc)
     assert returncode == rc, err
-    records = scripts_records(scripts)
+    records = scripts.records()
     assert len(_ids(records)) >= 2000
     assert all(r.severity == "I" for r in records)  # a KeyboardInterrupt is not an error record
     assert ("my handler ran" in out) == bool(prologue)
@@ -102,7 +96,7 @@ def test_sigkill_leaves_only_whole_records(scripts):
     time.sleep(0.2)  # let it write some more; any moment will do
     proc.kill()
     assert finish(proc)[0] == -signal.SIGKILL
-    records = scripts_records(scripts)  # parses: every line inside a record, the file ends with a newline
+    records = scripts.records()  # parses: every line inside a record, the file ends with a newline
     ids = _ids(records)
     assert len(ids) >= 1000  # the 2000 records before "ready" filled three 64 KB buffers
     assert all(r.more == [f"  detail {i}", f"  end {i}"] for i, r in zip(ids, records))
@@ -291,7 +285,7 @@ def test_the_timer_flushes_an_idle_process(scripts):
         wait_for_line(proc, "ready")
 
         def flushed() -> bool:
-            files = rank_files(scripts.log_dir, "rank-0.log")
+            files = scripts.files()
             return bool(files) and b"lonely record" in files[0].read_bytes()
 
         wait_until(flushed, timeout=30, what="the timer's flush")
