@@ -1,0 +1,151 @@
+"""The guard machinery's cost on a training step with no guard open (goal: <= 3 %), side by side in one run,
+and the cost per line a tagged node logs.
+
+"With machinery" is the engine as shipped. "Bypassed" is the same engine with the guard machinery cut out
+of its source: `dispatch.apply` no longer reads the thread's vlog tag and capture state nor checks forward
+op verbosity, and the engine no longer resolves each node's level, builds NodeLogs, logs pass banners or
+records captures. The cut is exact text substitution on the real source; if the source has changed so a
+substitution no longer applies, the script stops and names it (update the substitution, not the engine).
+
+Model: MLP 784-128-10 (Linear, ReLU, Linear), softmax cross-entropy, SGD, float32, one BLAS thread.
+Rounds alternate the two variants; figures are medians over all timed steps.
+
+    python benchmarks/bench_guard.py [--rounds 15] [--steps 100] [--batch 32]
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import inspect  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import textwrap  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+os.environ.setdefault("DISTVLOG_LOG_DIR", tempfile.mkdtemp(prefix="bench-guard-"))
+import distvlog as dv  # noqa: E402
+import distvlog.nn.functional as F  # noqa: E402
+from distvlog.autograd import dispatch, engine, ops  # noqa: E402
+from distvlog.logger import _logger  # noqa: E402
+
+# (module, function, [(snippet in its source, replacement)]): the guard machinery and nothing else.
+BYPASS = [
+    (dispatch, "apply", [
+        ("state.vlog_tag, capture,", "None, capture,"),
+        ("capture = state.capture", "capture = None"),
+        ("if _rules.ceiling >= 3 and _log.vlog_is_on(3):", "if False:"),
+    ]),
+    (engine, "_run_graph", [
+        ("if task.level >= 3:", "if False:"),
+        ("level = node.vlog_level if node.vlog_level is not None else task.level\n"
+         "        nlog = NodeLog(node, level, task.pass_id) if level >= 3 else None", "nlog = None"),
+        ("if node.capture is not None:", "if False:"),
+        ("if nlog is not None:\n                    nlog.pending(", "if False:\n                    nlog.pending("),
+    ]),
+]
+
+
+def bypassed(module: Any, name: str, substitutions: list[tuple[str, str]]) -> Callable:
+    source = textwrap.dedent(inspect.getsource(getattr(module, name)))
+    for old, new in substitutions:
+        if old not in source:
+            sys.exit(f"bench_guard: `{old.strip()}` is no longer in {module.__name__}.{name}; update BYPASS")
+        source = source.replace(old, new)
+    namespace = dict(vars(module))
+    exec(compile(source, f"<bypassed {module.__name__}.{name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def make_step(batch: int) -> Callable[[int], None]:
+    dv.seed(0)
+    model = dv.nn.Sequential(dv.nn.Linear(784, 128), dv.nn.ReLU(), dv.nn.Linear(128, 10))
+    opt = dv.optim.SGD(learning_rate=0.01, parameters=model.parameters())
+    rng = np.random.default_rng(0)
+    x = dv.to_tensor(rng.standard_normal((batch, 784)).astype("float32"))
+    y = dv.to_tensor(rng.integers(0, 10, batch))
+
+    def step(guard_level: int = -1) -> None:
+        if guard_level >= 0:
+            with dv.backward_vlog_guard(guard_level):
+                out = model(x)
+        else:
+            out = model(x)
+        F.cross_entropy(out, y).backward()
+        opt.step()
+        opt.clear_grad(set_to_zero=False)
+
+    return step
+
+
+def timed(step: Callable[..., None], n: int, *args: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step(*args)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=32)
+    args = ap.parse_args()
+
+    shipped = {(m, name): getattr(m, name) for m, name, _ in BYPASS}
+    cut = {(m, name): bypassed(m, name, subs) for m, name, subs in BYPASS}
+    users = {dispatch: [dispatch, ops], engine: [engine]}  # modules that bound the function by name
+
+    def use(variant: dict) -> None:
+        for (module, name), fn in variant.items():
+            for user in users[module]:
+                setattr(user, name, fn)
+
+    step = make_step(args.batch)
+    times: dict[str, list[float]] = {"with machinery": [], "bypassed": []}
+    for _ in range(3):
+        step()
+    for _ in range(args.rounds):
+        for label, variant in (("with machinery", shipped), ("bypassed", cut)):
+            use(variant)
+            times[label] += timed(step, args.steps)
+    use(shipped)
+    med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+    print(f"MLP 784-128-10, batch {args.batch}, SGD, {args.rounds} rounds x {args.steps} steps, median step time:")
+    for label, us in med.items():
+        print(f"  {label:16s} {us:9.1f} us")
+    print(f"guard machinery overhead with no guard open: {med['with machinery'] / med['bypassed'] - 1:+.2%} "
+          f"(goal <= +3%)")
+
+    lines = [0]
+
+    def count(_logger_: object, _method: str, ed: dict) -> dict:
+        lines[0] += 1
+        return ed
+
+    _logger.PROCESSORS.insert(0, count)
+    for level in (4, 5):
+        plain, tagged, lines[0] = [], [], 0
+        for _ in range(max(3, args.rounds // 3)):
+            plain += timed(step, 20)
+            tagged += timed(step, 20, level)
+        per_step = lines[0] / len(tagged)
+        extra = statistics.median(tagged) - statistics.median(plain)
+        print(f"whole model tagged at level {level}: {per_step:.0f} lines per step, "
+              f"{extra / per_step * 1e6:.1f} us per logged line (rendered and written to the rank file)")
+    _logger.PROCESSORS.remove(count)
+
+
+if __name__ == "__main__":
+    main()
