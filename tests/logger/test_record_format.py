@@ -51,8 +51,9 @@ EXPECTED = {
 }
 
 
-def _stdout_values(stdout: str) -> dict[str, float]:
-    return {key: float(value) for key, value in (line.split() for line in stdout.splitlines())}
+def _stdout_values(stdout: str, kind=float) -> dict[str, float]:
+    """The script's `print(name, value)` lines as {name: value}."""
+    return {key: kind(value) for key, value in (line.split() for line in stdout.splitlines())}
 
 
 def _stamp(epoch_s: float) -> str:
@@ -176,7 +177,7 @@ print("pid", os.getpid())
 
 def test_header_lines_and_meta_record(scripts):
     run = scripts.run(HEADER, env={"PMI_RANK": "1", "PMI_SIZE": "4", "DISTVLOG_RUN_ID": "hdr"})
-    out = {k: int(v) for k, v in (line.split() for line in run.proc.stdout.splitlines())}
+    out = _stdout_values(run.proc.stdout, int)
     glog = run.glog()
     created = glog.meta["created_us"]
     assert out["before"] <= created <= out["after"]
@@ -225,7 +226,7 @@ def test_simulated_clock_skew_shifts_records_and_header(scripts):
     """DISTVLOG_SIMULATE_CLOCK_SKEW_US shifts rank r's clock by r x N µs: records and header alike."""
     run = scripts.run(HEADER, env={"PMI_RANK": "2", "PMI_SIZE": "3", "DISTVLOG_FORMAT": "jsonl",
                                    "DISTVLOG_SIMULATE_CLOCK_SKEW_US": "50000000"})
-    out = {k: int(v) for k, v in (line.split() for line in run.proc.stdout.splitlines())}
+    out = _stdout_values(run.proc.stdout, int)
     meta, records = read_jsonl(run.only_file())
     skew = 2 * 50_000_000
     assert out["before"] + skew <= records[0]["ts"] <= out["after"] + skew
