@@ -180,14 +180,16 @@ def test_header_lines_and_meta_record(scripts):
     out = _stdout_values(run.proc.stdout, int)
     glog = run.glog()
     created = glog.meta["created_us"]
+    local = time.localtime(created // 10**6)
     assert out["before"] <= created <= out["after"]
-    assert glog.header[0] == "Log file created at: " + time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(created // 10**6))
+    assert glog.header[0] == "Log file created at: " + time.strftime("%Y/%m/%d %H:%M:%S", local)
     assert glog.header[1] == f"Running on machine: {socket.gethostname()}"
-    assert glog.meta["created"].startswith(time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created // 10**6)))
+    assert glog.meta["created"].startswith(time.strftime("%Y-%m-%dT%H:%M:%S", local))
     assert {k: glog.meta[k] for k in ("distvlog", "format", "rank", "world_size", "host", "pid", "run_id")} == {
         "distvlog": 1, "format": "glog", "rank": 1, "world_size": 4, "host": socket.gethostname(),
         "pid": out["pid"], "run_id": "hdr"}
-    assert glog.meta["clock_start"] == clock_slot(0.0, 0.0, created) and len(glog.meta["clock_start"]) == CLOCK_SLOT_WIDTH
+    assert glog.meta["clock_start"] == clock_slot(0.0, 0.0, created)
+    assert len(glog.meta["clock_start"]) == CLOCK_SLOT_WIDTH
     assert glog.meta["clock_end"] == " " * CLOCK_SLOT_WIDTH
     assert [(r.rank, r.first) for r in glog.records] == [(1, "hello")]
 
@@ -204,8 +206,8 @@ SINK.set_clock("clock_end", 99.0, 1.5, 222)  # after: patched in place
 log.info("second")
 dlog.flush()
 after = open(dlog.log_file_path(), "rb").read()
-end_slot = '"clock_end":"' + " " * 64 + '"'
-assert after.startswith(before.replace(end_slot.encode(), end_slot.replace(" " * 64, "99.0 1.5 222".ljust(64)).encode()))
+empty, filled = (f'"clock_end":"{text:64}"'.encode() for text in ("", "99.0 1.5 222"))
+assert after.startswith(before.replace(empty, filled))  # the same bytes but for the slot
 '''
 
 
