@@ -14,7 +14,7 @@ import threading
 import traceback
 from typing import Any
 
-from ._logger import get_logger
+from ._logger import unechoed_logger
 from ._sink import SINK, RankFile
 
 
@@ -89,7 +89,7 @@ def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal
     try:
         text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
         where = _raising_line(exc, tb)
-        log = get_logger("distvlog")
+        log = unechoed_logger("distvlog")  # the previous hook prints the traceback to stderr once
         (log.critical if fatal else log.error)(f"Unhandled exception in {kind}:\n{text}",
                                                file=os.path.basename(where.filename) if where else "distvlog",
                                                line=where.lineno if where else 0)

@@ -7,6 +7,7 @@ processor chain (`PROCESSORS`), ending in the renderer of the process's log file
 from __future__ import annotations
 
 import os
+import functools
 import sys
 import traceback
 from typing import Any, Callable
@@ -26,10 +27,11 @@ class _ModuleLogger:
 
     __slots__ = ("name", "info", "vlog", "warning", "error", "critical")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, echo: bool = True) -> None:
         self.name = name
         self.info = self.vlog = SINK.write
-        self.warning = self.error = self.critical = SINK.write_urgent
+        self.warning = self.error = self.critical = (SINK.write_urgent if echo else
+                                                     functools.partial(SINK.write_urgent, echo=False))
 
 
 def _emitter(method: str) -> Callable[..., None]:
@@ -113,6 +115,11 @@ def get_logger(name: str | None = None, **initial_values: Any) -> Logger:
     if logger is None:
         logger = _loggers[name] = Logger(_ModuleLogger(name), PROCESSORS, {})
     return logger.bind(**initial_values) if initial_values else logger
+
+
+def unechoed_logger(name: str) -> Logger:
+    """A logger whose warnings and errors go to the file only (for records Python prints itself)."""
+    return Logger(_ModuleLogger(name, echo=False), PROCESSORS, {})
 
 
 def bind_context(**fields: Any) -> None:

@@ -77,14 +77,15 @@ class RankFile:
         if self._deferred_signal:
             self._redeliver()
 
-    def write_urgent(self, record: bytes) -> None:
-        """WARNING and above: flushed at once and echoed to stderr."""
+    def write_urgent(self, record: bytes, echo: bool = True) -> None:
+        """WARNING and above: flushed at once and (unless the caller prints it anyway) echoed to stderr."""
         with self._lock:
             if self._fd < 0:
                 self._open()
             self._buf += record
             self._flush_locked()
-        _echo(record)
+        if echo:
+            _echo(record)
         if self._deferred_signal:
             self._redeliver()
 
