@@ -49,13 +49,6 @@ def _promote(op: OpDef, args: tuple) -> tuple:
     return (a if da == target else cast(a, target), b if db == target else cast(b, target))
 
 
-def _edges(op: OpDef, args: tuple) -> list[GradNode | None] | None:
-    """Per input, the node its gradient flows to (None where none is wanted); None when no input wants one."""
-    edges = [a._grad_node() if diff and isinstance(a, Tensor) and not a.stop_gradient else None
-             for a, diff in zip(args, op.differentiable)]
-    return edges if any(edges) else None
-
-
 def _saved(op: OpDef, arrays: list, out: np.ndarray, aux: dict | None, edges: list) -> tuple:
     """What the op's backward receives after the gradient, fetched by its save plan."""
     saved = []
@@ -77,13 +70,25 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     """Run `op` on `args` (tensors or Python scalars) and record its GradNode if any input needs a gradient."""
     if op.promote:
         args = _promote(op, args)
-    arrays = [a._data if isinstance(a, Tensor) else a for a in args]
+    arrays, edges, wanted = [], [], False  # per input: its array, and the node its gradient flows to
+    for a, differentiable in zip(args, op.differentiable):
+        if not isinstance(a, Tensor):
+            arrays.append(a)
+            edges.append(None)
+            continue
+        arrays.append(a._data)
+        if differentiable and not a.stop_gradient:
+            edges.append(a._node or a._grad_node())
+            wanted = True
+        else:
+            edges.append(None)
     result = op.forward(*arrays, **attrs)
     out, aux = result if op.aux else (result, None)
     if type(out) is not np.ndarray:
         out = np.asarray(out)
     state = STATE
-    edges = _edges(op, args) if state.grad_enabled else None
+    if not (wanted and state.grad_enabled):
+        edges = None
     if edges is None:
         tensor = Tensor(out)
     else:

@@ -58,20 +58,23 @@ class GraphTask:
 def _dependencies(roots: list[GradNode], targets: set[GradNode] | None) -> dict[GradNode, int]:
     """In-degree of every node reachable from the roots (only of those leading to `targets`, if given).
     Refuses a graph whose saved tensors an earlier backward released, before anything runs."""
-    seen, stack = set(roots), list(roots)
-    while stack:
+    deps, stack = dict.fromkeys(roots, 0), list(roots)
+    while stack:  # one walk counts the in-degrees as it discovers the nodes
         node = stack.pop()
         if node.saved is None:
             raise BackwardError(node, "its saved tensors were released by an earlier backward; pass "
                                       "retain_graph=True to that backward to run through the graph again")
         for nxt in node.edges:
-            if nxt is not None and nxt not in seen:
-                seen.add(nxt)
+            if nxt is None:
+                continue
+            if nxt in deps:
+                deps[nxt] += 1
+            else:
+                deps[nxt] = 1
                 stack.append(nxt)
-    deps = _in_degrees(seen)
     if targets is None:
         return deps
-    needed = targets & seen  # grad(): keep the nodes from which a target can be reached
+    needed = targets & deps.keys()  # grad(): keep the nodes from which a target can be reached
     for node in reversed(_topological(deps)):
         if any(nxt in needed for nxt in node.edges):
             needed.add(node)
@@ -106,7 +109,7 @@ def _sum_to(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
         return None
     axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and grad.shape[i + lead] != 1)
     if axes:
-        grad = grad.sum(axis=axes, keepdims=True)
+        grad = np.add.reduce(grad, axis=axes, keepdims=True)
     if lead:
         grad = grad.reshape(grad.shape[lead:])
     return grad if grad.shape == shape else None
@@ -251,7 +254,8 @@ def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None]
             raise RuntimeError(f"backward: tensor {t.name} has stop_gradient=True, there is nothing to differentiate")
         given = grad_tensors[i] if grad_tensors is not None else None
         if given is None:
-            g = np.ones_like(t._data)
+            g = np.empty_like(t._data)
+            g.fill(1)  # two C calls: np.ones_like is a Python wrapper costing more than a scalar loss's backward step
         else:
             g = np.asarray(given._data if isinstance(given, Tensor) else given, dtype=t.dtype)
             if g.shape != t._data.shape:

@@ -9,11 +9,13 @@ from .math import mm
 
 
 def _log_softmax(x, axis):
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    """x - logsumexp(x), shifted by the max so exp cannot overflow (ufunc reductions: numpy's np.max and
+    np.sum wrappers cost more than the math at small sizes)."""
+    shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.add.reduce(np.exp(shifted), axis=axis, keepdims=True))
 
 
-def _labels(label, n_classes):
+def _labels(label):
     label = label.reshape(label.shape[:-1]) if label.ndim > 1 and label.shape[-1] == 1 else label
     if label.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: label must be an integer tensor, got {label.dtype}")
@@ -26,25 +28,32 @@ def _rows(a, classes):
 
 
 def _ce_fwd(logits, label, ignore_index, reduction):
+    n_classes = logits.shape[-1]
     logp = _log_softmax(logits, -1)
-    label = _labels(label, logits.shape[-1])
+    label = _labels(label)
     valid = label != ignore_index
     safe = np.where(valid, label, 0)
-    if safe.size and (safe.min() < 0 or safe.max() >= logits.shape[-1]):
-        raise ValueError(f"cross_entropy: labels must be in [0, {logits.shape[-1]}), got {safe.min()}..{safe.max()}")
-    picked = logp.reshape(-1, logp.shape[-1])[_rows(logp, safe)].reshape(safe.shape)
-    losses = np.where(valid, -picked, 0).astype(logits.dtype)
-    count = max(int(valid.sum()), 1)
-    out = losses if reduction == "none" else losses.sum() / count if reduction == "mean" else losses.sum()
-    return np.asarray(out, dtype=logits.dtype), {"softmax": np.exp(logp), "safe": safe, "valid": valid}
+    if safe.size and (np.minimum.reduce(safe, axis=None) < 0 or np.maximum.reduce(safe, axis=None) >= n_classes):
+        raise ValueError(f"cross_entropy: labels must be in [0, {n_classes}), got {safe.min()}..{safe.max()}")
+    losses = -logp.reshape(-1, n_classes)[_rows(logp, safe)].reshape(safe.shape)
+    count = np.count_nonzero(valid)
+    if count < valid.size:
+        losses = np.where(valid, losses, 0)  # ignored rows count zero
+    if reduction != "none":
+        losses = np.add.reduce(losses, axis=None)
+        if reduction == "mean":
+            losses = losses / max(count, 1)
+    return np.asarray(losses, dtype=logits.dtype), {"softmax": np.exp(logp), "safe": safe, "valid": valid}
 
 
 def _ce_bwd(g, softmax, safe, valid, ignore_index, reduction):
+    """(softmax - onehot(label)) times each row's weight in the loss."""
     grad = softmax.copy()
-    grad.reshape(-1, grad.shape[-1])[_rows(grad, safe)] -= 1  # a view of the fresh copy: d/dlogits = p - onehot
-    scale = valid / max(int(valid.sum()), 1) if reduction == "mean" else valid.astype(grad.dtype)
-    g = g[..., None] if reduction == "none" else g
-    return grad * (scale[..., None] * g), None
+    grad.reshape(-1, grad.shape[-1])[_rows(grad, safe)] -= 1  # a view of the fresh copy
+    if reduction == "mean":
+        g = g / max(np.count_nonzero(valid), 1)
+    grad *= (valid * g)[..., None]
+    return grad, None
 
 
 def _mse_fwd(x, y, reduction):
