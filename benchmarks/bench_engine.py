@@ -119,7 +119,8 @@ def main() -> None:
         torch.set_num_threads(1)
         frameworks["torch"] = torch_setup
     print(f"distvlog {dv.__version__} on numpy {np.__version__}; "
-          + (f"torch {torch.__version__}" if torch else "torch not installed: distvlog's figures only")
+          + (f"torch {torch.__version__}" if torch else
+             "torch not installed (the baseline: pip install torch==2.13.0), distvlog's figures only")
           + "; one thread each (OMP/OPENBLAS/MKL_NUM_THREADS=1, torch.set_num_threads(1))")
     print(f"MLP {IN}-{HIDDEN}-{OUT}, float32, SGD lr={LR}; median of {args.rounds} interleaved rounds x "
           f"{args.steps} steps\n")
