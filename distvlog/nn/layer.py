@@ -78,16 +78,18 @@ class Layer:
     def full_name(self) -> str:
         return self._full_name
 
-    def create_parameter(self, shape: list[int], dtype: Any = None, is_bias: bool = False,
+    def create_parameter(self, shape: list[int], attr: Callable[[Parameter], None] | None = None,
+                         dtype: Any = None, is_bias: bool = False,
                          default_initializer: Callable[[Parameter], None] | None = None) -> Parameter:
-        """A new parameter named `<layer>.w_<k>` (or `.b_<k>` for a bias), filled by the initializer:
-        by default XavierUniform for weights and zeros for biases, as in Paddle."""
+        """A new parameter named `<layer>.w_<k>` (or `.b_<k>` for a bias), filled by `attr` (an initializer,
+        Paddle's signature), else `default_initializer`, else as in Paddle: XavierUniform for weights and
+        zeros for biases."""
         from .initializer import Constant, XavierUniform
 
         dtype = np.dtype(dtype) if dtype is not None else self._dtype
         name = unique_name(f"{self._full_name}.{'b' if is_bias else 'w'}")
         param = Parameter(np.zeros([int(s) for s in shape], dtype=dtype), name)
-        init = default_initializer or (Constant(0.0) if is_bias else XavierUniform())
+        init = attr or default_initializer or (Constant(0.0) if is_bias else XavierUniform())
         init(param)
         return param
 

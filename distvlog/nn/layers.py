@@ -20,10 +20,9 @@ class Linear(Layer):
                  bias_attr: Initializer | bool | None = None, name: str | None = None) -> None:
         super().__init__(name)
         self.in_features, self.out_features = in_features, out_features
-        self.weight = self.create_parameter([in_features, out_features], default_initializer=weight_attr)
+        self.weight = self.create_parameter([in_features, out_features], weight_attr)
         self.bias = (None if bias_attr is False else
-                     self.create_parameter([out_features], is_bias=True,
-                                           default_initializer=None if bias_attr is True else bias_attr))
+                     self.create_parameter([out_features], None if bias_attr is True else bias_attr, is_bias=True))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)

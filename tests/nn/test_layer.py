@@ -132,6 +132,7 @@ def test_initializers_are_seeded_and_respect_their_bounds() -> None:
     limit = math.sqrt(2) * math.sqrt(3 / 300)
     assert np.abs(kaiming).max() <= limit and np.abs(kaiming).max() > 0.99 * limit
     np.testing.assert_array_equal(nn.Linear(3, 4).bias.numpy(), np.zeros(4, np.float32))
+    np.testing.assert_array_equal(nn.Linear(3, 4, bias_attr=init.Constant(0.5)).bias.numpy(), np.full(4, 0.5))
 
 
 def test_sequential_from_named_pairs_indexes_and_iterates() -> None:
