@@ -235,7 +235,7 @@ def _limited(lines: list[str]) -> list[str]:
 
 def render_text(r: dict) -> str:
     lines = [f"{len(r['ranks'])} ranks, {r['grad_stats']} gradient statistics, {r['allreduces']} allreduces "
-             f"(steps from {r['steps_from']})"]
+             f"(aligned by {'step' if r['steps_from'] == 'step' else 'backward pass'})"]
     for i, o in enumerate(r["nan_origins"][:MAX_LISTED]):
         note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer is not logged)"
         lines.append(f"{'' if i == 0 else '  then '}NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} "
