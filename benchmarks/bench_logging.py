@@ -21,6 +21,9 @@ import threading
 import time
 import timeit
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)  # run from a checkout without installing
+
 
 def _timed_structured(log, n: int, flush) -> float:
     """Seconds to log n structured records through `log` and flush them."""
@@ -104,7 +107,7 @@ def peak_memory_mb(records: int) -> tuple[float, float]:
         "    if i + 1 in (n // 10, n): out.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
         "print(*out)\n")
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, DISTVLOG_LOG_DIR=d)
+        env = dict(os.environ, DISTVLOG_LOG_DIR=d, PYTHONPATH=ROOT)
         res = subprocess.run([sys.executable, "-c", code, str(records)], env=env, capture_output=True, text=True,
                              check=True)
     tenth, full = map(float, res.stdout.split())
