@@ -28,9 +28,20 @@ def next_seq(api: str) -> int:
     return next(counter)
 
 
+_dtype_names: dict[np.dtype, str] = {}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """`float32`; cached, because numpy builds a dtype's name in Python on every call."""
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = np.dtype(dtype).name
+    return name
+
+
 def tensor_name(api: str, seq: int, dtype: np.dtype, shape: tuple[int, ...]) -> str:
     """`multiply1_out_float64_2x3`; a 0-d tensor ends in `_` (`sum1_out_float64_`)."""
-    return f"{api}{seq}_out_{dtype}_{'x'.join(map(str, shape))}"
+    return f"{api}{seq}_out_{dtype_name(dtype)}_{'x'.join(map(str, shape))}"
 
 
 class Site:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..logger import get_logger
 from ..logger._processors import skip_frames_of
-from .node import AccumulationNode, GradNode
+from .node import AccumulationNode, GradNode, dtype_name
 
 _log = get_logger("distvlog.autograd.engine")
 _BANNER = "=" * 26
@@ -46,7 +46,7 @@ def grad_stats(a: np.ndarray) -> dict[str, Any]:
     empty = values.size == 0
     return {
         "shape": "x".join(map(str, a.shape)),
-        "dtype": a.dtype.name,
+        "dtype": dtype_name(a.dtype),
         "norm": 0.0 if empty else float(np.sqrt(np.dot(values, values))),
         "min": float("nan") if empty else float(values.min()),
         "max": float("nan") if empty else float(values.max()),
@@ -89,7 +89,7 @@ class NodeLog:
             fields += ["Initialized: 1", f"Tensor_Ptr:0x{id(a):x}", f"Tensor_Impl_Ptr: {_ptr(a)}"]
         if self.level >= 5:
             a = np.asarray(a)
-            fields.append(f"TensorInfo: {{ Type: DenseTensor, Dtype: {a.dtype}, Place: CPU, Shape: {list(a.shape)} }}")
+            fields.append(f"TensorInfo: {{ Type: DenseTensor, Dtype: {dtype_name(a.dtype)}, Place: CPU, Shape: {list(a.shape)} }}")
             if is_grad:  # statistics are for gradients; saved forward tensors get TensorInfo, as in Paddle
                 s = self.stats(a)
                 fields.append("Stats: { " + ", ".join(f"{k}: {v}" for k, v in s.items() if k not in ("shape", "dtype"))
@@ -124,11 +124,11 @@ class NodeLog:
             return
         self._line(3, f"\n{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}")
         if self.level >= 4:
-            self._line(4, f"{api} API kernel key: [numpy, CPU, {grad.dtype}]")
+            self._line(4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]")
             ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
             outs = [meta for meta in node.in_meta if meta is not None]
-            sig = ",\n".join(f"        backend: numpy,  dtype: {a.dtype},  shape: {list(a.shape)}" for a in ins)
-            osig = ",\n".join(f"        backend: numpy,  dtype: {d},  shape: {list(s)}" for s, d in outs)
+            sig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {list(a.shape)}" for a in ins)
+            osig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {list(s)}" for s, d in outs)
             attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
             self._line(4, f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}')
         self._line(7, "Run Backward Kernel")
@@ -150,7 +150,7 @@ class NodeLog:
         self._line(3, f"\n{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
 
     def pending(self, nxt: GradNode, grad: np.ndarray, summed: bool, in_degree: int) -> None:
-        self._line(6, f"{self.node!r} Add grad_output_tensor to {nxt!r}: dtype={grad.dtype}, dims={list(grad.shape)}")
+        self._line(6, f"{self.node!r} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, dims={list(grad.shape)}")
         self._line(7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}")
         self._line(4, f"{self.node!r} Found pending node: {nxt!r}", in_degree=in_degree)
 
