@@ -19,6 +19,9 @@ from ._header import MERGED_MARK
 from ._kway import Batch
 
 _HEADER_FORMAT = "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"
+# Written in pieces of this size: the kernel copies a multi-MB write() into the page cache at a fraction
+# of the speed (measured: 4 MB writes often cost 3x the system time of 256 KB ones for the same bytes).
+WRITE_BYTES = 256 << 10
 
 
 def text_header(first_ts: int | None, utc_offset_s: int, hosts: list[str], files: int, corrected: bool) -> bytes:
@@ -86,7 +89,7 @@ class Writer:
                 try:
                     view = memoryview(item)
                     while view:
-                        view = view[os.write(self.fd, view):]
+                        view = view[os.write(self.fd, view[:WRITE_BYTES]):]
                 except BaseException as exc:  # noqa: BLE001 (handed to the main thread)
                     self._error = exc
 
