@@ -33,8 +33,9 @@ def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
     return (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
 
 
-def to_tensor(data: Any, dtype: Any = None, stop_gradient: bool = True) -> Tensor:
-    """A tensor holding a copy of `data`; Python floats become float32 (Paddle's default dtype)."""
+def to_tensor(data: Any, dtype: Any = None, place: Any = None, stop_gradient: bool = True) -> Tensor:
+    """A tensor holding a copy of `data`; Python floats become float32 (Paddle's default dtype). Every
+    tensor lives on the CPU, so `place` is accepted and ignored."""
     if isinstance(data, Tensor):
         data = data._data
     array = np.array(data, dtype=dtype)

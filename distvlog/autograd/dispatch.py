@@ -30,23 +30,40 @@ def _user_site(with_stack: bool) -> Site:
     return Site(frame.f_code, frame.f_lasti, traceback.extract_stack(frame) if with_stack else None)
 
 
+_WEAK = (int, float, bool)  # Python scalars take the tensors' dtype, as in Paddle
+
+
 def _promote(op: OpDef, args: tuple) -> tuple:
-    """float32 with float64: cast the float32 tensor to float64 (a recorded `cast`), with one warning."""
-    a, b = args
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+    """Make an op's operands agree on a dtype. All tensors of one dtype, with Python scalars: nothing to do.
+    Otherwise numpy arrays count as tensors and numpy scalars as Python scalars; float32 with float64 casts
+    the float32 tensors to float64 (recorded `cast` ops) with one warning; other mixes are an error."""
+    first = None
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype = a._data.dtype
+            if first is None:
+                first = dtype
+            elif dtype is not first and dtype != first:  # `is`: numpy's built-in dtypes are singletons
+                break
+        elif type(a) not in _WEAK:
+            break
+    else:
         return args
-    da, db = a._data.dtype, b._data.dtype
-    if da is db or da == db:  # `is`: numpy's built-in dtypes are singletons, the common case costs nothing
+    args = tuple(Tensor(a) if isinstance(a, np.ndarray) and a.ndim else a.item() if isinstance(a, (np.generic, np.ndarray))
+                 else a for a in args)
+    dtypes = {a._data.dtype for a in args if isinstance(a, Tensor)}
+    if len(dtypes) < 2:
         return args
-    if da.kind != "f" or db.kind != "f":
-        raise TypeError(f"{op.name}: cannot combine {da} and {db}; only floating types are promoted "
-                        f"automatically, cast one of them with .astype()")
+    if any(d.kind != "f" for d in dtypes):
+        names = " and ".join(sorted(d.name for d in dtypes))
+        raise TypeError(f"{op.name}: cannot combine {names}; only floating types are promoted automatically, "
+                        f"cast with .astype()")
     site = _user_site(False)
     _log.warning(PROMOTION_WARNING, file=site.filename, line=site.lineno)
-    target = np.promote_types(da, db)
+    target = np.result_type(*dtypes)
     from .ops import cast
 
-    return (a if da == target else cast(a, target), b if db == target else cast(b, target))
+    return tuple(cast(a, target) if isinstance(a, Tensor) and a._data.dtype != target else a for a in args)
 
 
 def _saved(op: OpDef, arrays: list, out: np.ndarray, aux: dict | None, edges: list) -> tuple:
@@ -106,4 +123,6 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
 def _log_forward(op: OpDef, args: tuple, out: Tensor) -> None:
     inputs = ", ".join(f"{slot}: {a.name} {a.dtype} {list(a._data.shape)}" if isinstance(a, Tensor) else f"{slot}: {a!r}"
                        for slot, a in zip(op.inputs, args))
-    _log.vlog(3, f"Running_AD_API: {op.name} {{ Input: [{inputs}], Output: [out: {out.name}] }}")
+    site = _user_site(False)  # the record points at the user's forward line, not at this module
+    _log.vlog(3, f"Running_AD_API: {op.name} {{ Input: [{inputs}], Output: [out: {out.name}] }}",
+              file=site.filename, line=site.lineno)

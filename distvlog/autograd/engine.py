@@ -131,7 +131,11 @@ def _validate(node: GradNode, outputs: tuple) -> tuple:
                 raise BackwardError(node, f"gradient for input {node.op.inputs[slot]} has shape {list(grad.shape)}, "
                                           f"which does not reduce to the input's shape {list(shape)}")
             grad = reduced
-        fitted.append(grad if grad.dtype == dtype else grad.astype(dtype))
+        if grad.dtype != dtype:
+            grad = grad.astype(dtype)
+        elif any(grad is other for other in fitted):  # one array sent two ways (add): each gets its own
+            grad = grad.copy()
+        fitted.append(grad)
     return tuple(fitted)
 
 
@@ -142,8 +146,8 @@ def _run_hooks(node: GradNode, grad: np.ndarray) -> np.ndarray:
         except Exception as exc:
             raise BackwardError(node, f"hook {getattr(hook, '__name__', hook)!s} failed: "
                                       f"{type(exc).__name__}: {exc}") from exc
-        if result is not None:
-            grad = result._data if isinstance(result, Tensor) else np.asarray(result)
+        if result is not None:  # a copy in the node's dtype: the hook's array stays the hook's
+            grad = np.array(result._data if isinstance(result, Tensor) else result, dtype=node.out_dtype)
             if grad.shape != node.out_shape:
                 raise BackwardError(node, f"hook {getattr(hook, '__name__', hook)!s} returned shape "
                                           f"{list(grad.shape)}, expected {list(node.out_shape)}")
@@ -172,7 +176,10 @@ def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None) 
     if nlog is not None:
         nlog.begin(grad)
     if leaf is not None:
-        leaf.grad = Tensor(grad) if leaf.grad is None else Tensor(leaf.grad._data + grad)
+        if leaf.grad is None:  # `.grad` is the user's to modify in place: never a read-only (broadcast) view
+            leaf.grad = Tensor(grad if type(grad) is np.ndarray and grad.flags.writeable else np.array(grad))
+        else:
+            leaf.grad = Tensor(leaf.grad._data + grad)
         for hook in node.post_hooks or ():
             hook(leaf)
     if nlog is not None:
@@ -192,7 +199,8 @@ def _execute(task: GraphTask) -> None:
     tasks = _running.__dict__.setdefault("tasks", [])
     tasks.append(task)
     try:
-        _run_graph(task)
+        with np.errstate(all="ignore"):  # NaN and Inf in gradients are reported by grad_stats and `diff`
+            _run_graph(task)
         for callback in task.callbacks:
             callback()
     finally:
@@ -200,7 +208,7 @@ def _execute(task: GraphTask) -> None:
     if task.level >= 3:
         _log.vlog_at(3, "backward end", nodes_run=task.nodes_run, **{"pass": task.pass_id})
     for capture in task.captures:
-        capture.finish()
+        capture.finish(task.dependencies)
     flush()
 
 
@@ -251,13 +259,14 @@ def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None]
     roots: dict[GradNode, np.ndarray] = {}
     for i, t in enumerate(tensors):
         if t.stop_gradient:
-            raise RuntimeError(f"backward: tensor {t.name} has stop_gradient=True, there is nothing to differentiate")
+            raise RuntimeError(f"backward: tensor {t.name} has stop_gradient=True: it depends on no tensor with "
+                               "stop_gradient=False (set that on the leaves you want gradients for)")
         given = grad_tensors[i] if grad_tensors is not None else None
         if given is None:
             g = np.empty_like(t._data)
             g.fill(1)  # two C calls: np.ones_like is a Python wrapper costing more than a scalar loss's backward step
         else:
-            g = np.asarray(given._data if isinstance(given, Tensor) else given, dtype=t.dtype)
+            g = np.array(given._data if isinstance(given, Tensor) else given, dtype=t.dtype)  # a copy: yours stays yours
             if g.shape != t._data.shape:
                 raise ValueError(f"backward: grad_tensor for {t.name} has shape {list(g.shape)}, expected {t.shape}")
         node = t._grad_node()

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import itertools
 import time
 import traceback
 import weakref
 from pathlib import Path
-from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from ..logger import IDENTITY, get_logger
 from .node import AccumulationNode, GradNode
 
 _log = get_logger("distvlog.autograd.graphviz")
+_dumps = itertools.count(1)
 _COLOURS = {"inside": "lightgrey", "outside": "orange", "leaf": "turquoise3"}
 
 
@@ -49,13 +51,17 @@ class Capture:
             self.grads.append((node.out_name + "@Grad", grad))
             self.grads += [(node.input_name(i) + "@Grad", g) for i, g in enumerate(outputs) if g is not None]
 
-    def finish(self) -> None:
+    def finish(self, graph: Iterable[GradNode]) -> None:
+        """Write the dump of the backward pass whose nodes are `graph` (once per guard)."""
         if self.done:
             return
         self.done = True
-        stamp = time.strftime("%Y%m%d-%H%M%S") + f"-rank{IDENTITY.rank}"
-        written = [self._write(f"{stamp}_backward_graph.dot", self._dot(reverse=False)),
-                   self._write(f"{stamp}_ref_forward_graph.dot", self._dot(reverse=True)),
+        shown = self._shown(graph)
+        now = time.time()  # microseconds and a counter: two captures never share, nor overwrite, a name
+        stamp = (time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
+                 f"-{next(_dumps)}-rank{IDENTITY.rank}")
+        written = [self._write(f"{stamp}_backward_graph.dot", self._dot(shown, reverse=False)),
+                   self._write(f"{stamp}_ref_forward_graph.dot", self._dot(shown, reverse=True)),
                    self._write(f"{stamp}_call_stack.log", self._call_stacks())]
         if self.dump_grads:
             written.append(self._write(f"{stamp}_grad_tensors.log", self._grad_tensors()))
@@ -67,7 +73,8 @@ class Capture:
 
     def _write(self, name: str, text: str) -> Path:
         target = self.path / name
-        target.write_text(text)
+        with open(target, "x") as f:  # never over another dump
+            f.write(text)
         return target
 
     def _kind(self, node: GradNode) -> str:
@@ -75,16 +82,21 @@ class Capture:
             return "leaf"
         return "inside" if node in self.nodes else "outside"
 
-    def _dot(self, reverse: bool) -> str:
+    def _shown(self, graph: Iterable[GradNode]) -> dict[int, GradNode]:
+        """The captured nodes and their neighbours outside the guard: the nodes they send gradients to and
+        the nodes of this pass that send gradients into them."""
         inside = list(self.nodes)
         shown = {id(n): n for n in inside}
         for node in inside:
             for nxt in node.edges:
                 if nxt is not None:
                     shown.setdefault(id(nxt), nxt)
-        consumers = {id(nxt): node for node in shown.values() for nxt in node.edges if nxt is not None}
-        for nid, consumer in consumers.items():  # neighbours whose output feeds a captured node
-            shown.setdefault(id(consumer), consumer)
+        for node in graph:
+            if any(nxt in self.nodes for nxt in node.edges if nxt is not None):
+                shown.setdefault(id(node), node)
+        return shown
+
+    def _dot(self, shown: dict[int, GradNode], reverse: bool) -> str:
         lines = [f"digraph {'ref_forward_graph' if reverse else 'backward_graph'} {{", "  rankdir=TB;",
                  '  node [shape=box, style="rounded,filled", fontname="Helvetica"];']
         for nid, node in shown.items():
@@ -118,8 +130,3 @@ class Capture:
             out.append(np.array2string(a, threshold=10_000, separator=", "))
             out.append("")
         return "\n".join(out)
-
-
-def describe(node: GradNode) -> dict[str, Any]:
-    """A node's identity for reports: name, address, forward site."""
-    return {"node": node.name, "addr": f"0x{id(node):x}", "site": str(node.site) if node.site else None}

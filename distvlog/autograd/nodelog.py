@@ -118,11 +118,11 @@ class NodeLog:
         node, api = self.node, self.api
         self._line(4, f"{node!r} begin run")
         self._line(5, f"{node!r} has {sum(e is not None for e in node.edges)} out edges to run")
-        self._line(3, f"\n{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}")
+        self._line(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}")
         self._line(3, f"{{ Input: {self._inputs(grad)}}} ")
         if isinstance(node, AccumulationNode):
             return
-        self._line(3, f"\n{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}")
+        self._line(3, f"{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}")
         if self.level >= 4:
             self._line(4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]")
             ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
@@ -136,7 +136,7 @@ class NodeLog:
     def finish(self, grad: np.ndarray, outputs: tuple) -> None:
         node, api = self.node, self.api
         if not isinstance(node, AccumulationNode):
-            self._line(3, f"\n{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}")
+            self._line(3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}")
         outs = [f" ( grad_{slot} , {self._tensor(node.input_name(i) + '@Grad', g, node.edges[i])})"
                 for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
         self._line(3, f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } ")
@@ -147,7 +147,7 @@ class NodeLog:
                 if g is not None:
                     self._line(5, "grad_stats", slot=f"grad_{slot}", tensor=node.input_name(i) + "@Grad",
                                **site, **self.stats(g))
-        self._line(3, f"\n{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
+        self._line(3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
 
     def pending(self, nxt: GradNode, grad: np.ndarray, summed: bool, in_degree: int) -> None:
         self._line(6, f"{self.node!r} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, dims={list(grad.shape)}")

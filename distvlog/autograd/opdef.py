@@ -6,10 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
-
-Array = np.ndarray
-
 
 @dataclass(frozen=True, eq=False)
 class OpDef:

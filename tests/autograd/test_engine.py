@@ -227,3 +227,42 @@ def test_post_accumulate_hook_errors_reach_the_caller_as_raised():
     x.register_post_accumulate_grad_hook(refuse)
     with pytest.raises(Refused, match="rank 3 step 7"):
         (x * 2).sum().backward()
+
+
+def test_promotion_covers_numpy_operands_and_every_promoting_op(records):
+    x32 = dv.to_tensor(np.ones((2, 3)), dtype="float32", stop_gradient=False)
+    assert (x32 * np.float64(2.0)).dtype == np.float32, "numpy scalars are weak, like Python scalars"
+    assert (x32 * 2.0).dtype == np.float32 and not records
+    mixed = x32 + np.ones((2, 3))  # a float64 array is a tensor operand: promoted, cast recorded, warned
+    assert mixed.dtype == np.float64 and mixed.grad_fn.edges[0].name.startswith("cast")
+    w = dv.to_tensor(np.ones((3, 4)), dtype="float32", stop_gradient=False)
+    b = dv.to_tensor(np.zeros(4), dtype="float32", stop_gradient=False)
+    out = dv.nn.functional.linear(dv.to_tensor(np.ones((2, 3)), dtype="float64"), w, b)
+    assert out.dtype == np.float64
+    assert sum(r["event"] == PROMOTION_WARNING for r in records) == 2, "one warning per promoting call"
+    out.sum().backward()
+    assert w.grad.dtype == np.float32 and b.grad.dtype == np.float32
+
+
+def test_gradients_handed_to_the_user_are_their_own_writable_arrays():
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    (a + b).sum().backward()
+    assert a.grad.numpy() is not b.grad.numpy()
+    a.grad.numpy()[...] *= 0.5  # in-place clipping: allowed, and b is untouched
+    np.testing.assert_array_equal(b.grad.numpy(), [1, 1])
+    x = leaf(np.ones((2, 3)))
+    x.sum().backward()  # the gradient is a broadcast of a scalar: must not stay a read-only view
+    x.grad.numpy()[0, 0] = 7.0
+    y = leaf([1.0, 2.0])
+    given = np.array([5.0, 6.0])
+    y.backward(dv.to_tensor(given))
+    y.grad.numpy()[0] = 0
+    assert given[0] == 5.0, "the given gradient is copied"
+
+
+def test_a_hook_cannot_change_a_gradients_dtype():
+    p = dv.to_tensor(np.ones(3), dtype="float32", stop_gradient=False)
+    p.register_hook(lambda g: np.full(3, 2.0, dtype=np.float64))
+    (p * 1.0).sum().backward()
+    assert p.grad.dtype == np.float32
+    np.testing.assert_array_equal(p.grad.numpy(), [2, 2, 2])

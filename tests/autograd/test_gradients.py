@@ -172,3 +172,14 @@ def test_shared_subexpression_and_reuse():
     """A diamond: gradients from both paths are summed before the shared node runs."""
     check_gradients(lambda x: (lambda h: h * h + dv.exp(h))(x.tanh() * 2), r(3, 3))
     check_gradients(lambda x: x * x * x, r(4))
+
+
+def test_cross_entropy_refuses_labels_of_the_wrong_shape_and_unsupported_arguments():
+    logits = dv.to_tensor(r(6, 5))
+    with pytest.raises(ValueError, match=r"label shape \[5\] does not match input shape \[6, 5\]"):
+        F.cross_entropy(logits, dv.to_tensor(np.arange(5)))
+    with pytest.raises(NotImplementedError, match="soft_label=True"):
+        F.cross_entropy(logits, dv.to_tensor(np.arange(6) % 5), soft_label=True)
+    with pytest.raises(NotImplementedError, match="mode='downscale_in_infer'"):
+        F.dropout(logits, 0.5, None, True, "downscale_in_infer")
+    assert F.softmax(logits, -1, "float64").dtype == np.float64, "Paddle's third positional is dtype"

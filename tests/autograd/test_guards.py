@@ -293,3 +293,12 @@ def test_vlog_guard_is_per_thread():
         t.join()
         assert dv.logger.level_for("distvlog.autograd.engine") == 5
     assert seen["level"] == 0
+
+
+def test_forward_op_lines_point_at_the_users_line(records):
+    x = leaf(2)
+    with dv.vlog_guard(3):
+        x * 2  # this line
+    line = test_forward_op_lines_point_at_the_users_line.__code__.co_firstlineno + 3
+    (rec,) = [r for r in records if r["event"].startswith("Running_AD_API: multiply")]
+    assert (rec["file"], rec["line"]) == ("test_guards.py", line)

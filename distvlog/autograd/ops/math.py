@@ -8,7 +8,7 @@ import numpy as np
 from ..opdef import op
 
 
-def mm(a, b):
+def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Matrix product; np.dot for 2-D, which always uses BLAS (np.matmul does not for some shapes: an outer
     product at batch 1 is several times slower)."""
     return np.dot(a, b) if a.ndim == 2 and b.ndim == 2 else np.matmul(a, b)

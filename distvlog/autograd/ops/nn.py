@@ -15,11 +15,16 @@ def _log_softmax(x, axis):
     return shifted - np.log(np.add.reduce(np.exp(shifted), axis=axis, keepdims=True))
 
 
-def _labels(label):
-    label = label.reshape(label.shape[:-1]) if label.ndim > 1 and label.shape[-1] == 1 else label
+def _labels(label: np.ndarray, logits: np.ndarray) -> np.ndarray:
+    """Integer class labels shaped like the logits without their class axis ([N] or [N, 1] for [N, C])."""
+    label = np.asarray(label)
+    squeezed = label.reshape(label.shape[:-1]) if label.ndim > 1 and label.shape[-1] == 1 else label
     if label.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: label must be an integer tensor, got {label.dtype}")
-    return label
+    if squeezed.shape != logits.shape[:-1]:
+        raise ValueError(f"cross_entropy: label shape {list(label.shape)} does not match input shape "
+                         f"{list(logits.shape)} (expected {list(logits.shape[:-1])} or {list(logits.shape[:-1]) + [1]})")
+    return squeezed
 
 
 def _rows(a, classes):
@@ -29,8 +34,8 @@ def _rows(a, classes):
 
 def _ce_fwd(logits, label, ignore_index, reduction):
     n_classes = logits.shape[-1]
+    label = _labels(label, logits)
     logp = _log_softmax(logits, -1)
-    label = _labels(label)
     valid = label != ignore_index
     safe = np.where(valid, label, 0)
     if safe.size and (np.minimum.reduce(safe, axis=None) < 0 or np.maximum.reduce(safe, axis=None) >= n_classes):
@@ -46,7 +51,7 @@ def _ce_fwd(logits, label, ignore_index, reduction):
     return np.asarray(losses, dtype=logits.dtype), {"softmax": np.exp(logp), "safe": safe, "valid": valid}
 
 
-def _ce_bwd(g, softmax, safe, valid, ignore_index, reduction):
+def _ce_bwd(g, softmax, safe, valid, reduction, **_attrs):
     """(softmax - onehot(label)) times each row's weight in the loss."""
     grad = softmax.copy()
     grad.reshape(-1, grad.shape[-1])[_rows(grad, safe)] -= 1  # a view of the fresh copy
@@ -94,5 +99,5 @@ CROSS_ENTROPY = op("cross_entropy", "input label", _ce_fwd, _ce_bwd, saves="soft
                    aux="softmax safe valid", differentiable=(True, False))
 MSE_LOSS = op("mse_loss", "input label", _mse_fwd, _mse_bwd, saves="diff", aux="diff", promote=True)
 LINEAR = op("linear", "x weight bias", lambda x, w, b: np.matmul(x, w) + b, _linear_bwd,
-            saves="x weight needs_grad")
+            saves="x weight needs_grad", promote=True)
 DROPOUT = op("dropout", "x", _dropout_fwd, lambda g, mask, p: (g * mask,), saves="mask", aux="mask")
