@@ -3,10 +3,12 @@
 The merge writes records from every live block with one `take` over a single binary array; that is only
 cheap when all live blocks share one buffer (a take over several buffers copies them all first). Slots are
 reused lowest-first, so the memory actually touched stays a few slots per input however big the input is.
+Slots are taken on the merge's read-ahead thread and given back on the main one, under a lock.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +28,9 @@ class Slot:
 
     def release(self) -> None:
         if self.owner is not None:
-            self.owner.free.append(self.index)
-            self.owner.free.sort(reverse=True)
+            with self.owner.lock:
+                self.owner.free.append(self.index)
+                self.owner.free.sort(reverse=True)
             self.owner = None
 
 
@@ -38,13 +41,15 @@ class Arena:
         self.slot_bytes = slot_bytes
         self.buffer = np.empty(nslots * slot_bytes, np.uint8)
         self.free = list(range(nslots - 1, -1, -1))
+        self.lock = threading.Lock()
 
     def alloc(self, nbytes: int) -> Slot:
         """A slot of at least `nbytes`; one of its own (outside the shared buffer) when none fits."""
-        if nbytes > self.slot_bytes or not self.free:
+        with self.lock:
+            index = self.free.pop() if nbytes <= self.slot_bytes and self.free else None
+        if index is None:
             buffer = np.empty(nbytes, np.uint8)
             return Slot(buffer, 0, buffer)
-        index = self.free.pop()
         base = index * self.slot_bytes
         return Slot(self.buffer, base, self.buffer[base:base + self.slot_bytes], self, index)
 

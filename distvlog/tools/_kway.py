@@ -5,10 +5,14 @@ no input can still produce an older record, because each input's records only go
 little (threads of one process stamp before they write), and that "little" (its slack) is measured as it
 reads. The input holding the horizon back reads its next block, and so on; memory stays a few blocks per
 input. Ties keep rank order, then file order (inputs are in that order, and the sort is stable).
+
+Each input's next block is read and parsed ahead, on a second thread (file reads and numpy mostly run
+without the GIL), while this one merges and gathers: the two overlap on two cores.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -38,8 +42,10 @@ class Batch:
 class _Lane:
     """One input's pending records, sorted by time: (ts, block serial, index in block)."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, ahead: ThreadPoolExecutor, alloc: Callable[[int], Slot]) -> None:
         self.source = source
+        self._ahead, self._alloc = ahead, alloc
+        self._next: Future[Block | None] = ahead.submit(source.next_block, alloc)
         self.active = True
         self.frontier = -NEVER  # the newest timestamp read so far
         self.slack = 0
@@ -52,11 +58,12 @@ class _Lane:
         """No record this input has yet to read is older than this."""
         return self.frontier - self.slack if self.active else NEVER
 
-    def read(self, alloc: Callable[[int], Slot]) -> Block | None:
-        block = self.source.next_block(alloc)
+    def read(self) -> Block | None:
+        block = self._next.result()
         if block is None:
             self.active = False
             return None
+        self._next = self._ahead.submit(self.source.next_block, self._alloc)
         if len(block):
             running = np.maximum.accumulate(np.concatenate(([self.frontier], block.ts)))
             self.slack = min(max(self.slack, int((running[1:] - block.ts).max())), MAX_SLACK_US)
@@ -79,11 +86,12 @@ class _Lane:
 
 
 class KWayMerge:
-    """`batches(keep)` yields the records of all sources in timestamp order, a batch at a time."""
+    """`batches(keep)` yields the records of all sources in timestamp order, a batch at a time.
 
-    def __init__(self, sources: list[Source], alloc: Callable[[int], Slot]) -> None:
-        self.alloc = alloc
-        self.lanes = [_Lane(s) for s in sources]
+    `ahead` (a pool of one thread) reads and parses the blocks; the caller shuts it down when done."""
+
+    def __init__(self, sources: list[Source], alloc: Callable[[int], Slot], ahead: ThreadPoolExecutor) -> None:
+        self.lanes = [_Lane(s, ahead, alloc) for s in sources]
         self.live: dict[int, list] = {}  # serial -> [block, records not yet written]
         self._serial = 0
         self.late = 0  # records that came after the horizon had passed them: written late
@@ -94,7 +102,7 @@ class KWayMerge:
 
     def _first_records(self, lane: _Lane) -> Block | None:
         """The lane's first block that has records (headers and preludes can fill whole blocks)."""
-        while (block := lane.read(self.alloc)) is not None and not len(block):
+        while (block := lane.read()) is not None and not len(block):
             block.release()
         return block
 
@@ -113,7 +121,7 @@ class KWayMerge:
             if not pending:
                 return
             lane = min(pending, key=lambda x: x.bound)
-            self._add(lane, lane.read(self.alloc), keep)
+            self._add(lane, lane.read(), keep)
 
     def _add(self, lane: _Lane, block: Block | None, keep: Callable[[Block], np.ndarray]) -> None:
         if block is None:

@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -131,7 +132,17 @@ def run(args: argparse.Namespace) -> int:
     zone = sources[0].utc_offset_s  # the lowest rank's time zone
     for source in sources:
         source.display_offset_s = zone
-    merge = KWayMerge(sources, Arena().alloc)
+    with ThreadPoolExecutor(1, thread_name_prefix="distvlog-merge-reader") as ahead:
+        merge = KWayMerge(sources, Arena().alloc, ahead)
+        written = _write(args, sources, merge, select, zone)
+    where = args.output or "stdout"
+    print(f"distvlog merge: {summary(sources, written, merge.late, where)}", file=sys.stderr)
+    return 0
+
+
+def _write(args: argparse.Namespace, sources: list[Source], merge: KWayMerge, select: _filters.Select,
+           zone: int) -> int:
+    """Write the merged records to the output; returns how many."""
     select.prepare(merge.first_ts, zone)
     bar = _progress(sources)
     written = 0
@@ -151,7 +162,4 @@ def run(args: argparse.Namespace) -> int:
             writer.close()
             if bar is not None:
                 bar.close()
-    where = args.output or "stdout"
-    print(f"distvlog merge: {summary(sources, written, merge.late, where)}", file=sys.stderr)
-    return 0
-
+    return written
