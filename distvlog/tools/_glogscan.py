@@ -11,7 +11,6 @@ import datetime as _dt
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 PAD = 64
 WINDOW = 32
@@ -52,10 +51,15 @@ def line_starts(data: np.ndarray, n: int) -> tuple[np.ndarray, int]:
     return starts, int(nl[-1]) + 1
 
 
+def spans(data: np.ndarray, width: int, offset: int = 0) -> np.ndarray:
+    """The `width` bytes from each position of data (+ offset) as one item: copying whole items by index is
+    several times faster in numpy than copying narrow rows of a 2-D byte view."""
+    return np.ndarray((len(data) - offset - width + 1,), f"V{width}", data, offset, (1,))
+
+
 def windows(data: np.ndarray, at: np.ndarray) -> np.ndarray:
     """The WINDOW bytes from each offset in `at`, one row each (data must have PAD spare bytes)."""
-    view = as_strided(data, shape=(len(data) - WINDOW + 1, WINDOW), strides=(1, 1), writeable=False)
-    return view[at]
+    return spans(data, WINDOW)[at].view(np.uint8).reshape(len(at), WINDOW)
 
 
 def _two(rows: np.ndarray, col: int) -> tuple[np.ndarray, np.ndarray]:
