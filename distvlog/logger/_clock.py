@@ -7,21 +7,13 @@ correction on one machine: `distvlog.dist` measures its offsets to rank 0 with t
 
 from __future__ import annotations
 
-import os
 import time
 
+from . import _env
 from ._identity import IDENTITY
 
 
-def _skew_from_env() -> int:
-    raw = os.environ.get("DISTVLOG_SIMULATE_CLOCK_SKEW_US") or "0"
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"distvlog: DISTVLOG_SIMULATE_CLOCK_SKEW_US={raw!r} is not an integer") from None
-
-
-SKEW_PER_RANK_US = _skew_from_env()
+SKEW_PER_RANK_US = _env.read("DISTVLOG_SIMULATE_CLOCK_SKEW_US", _env.integer, 0)
 
 
 def now_us() -> int:

@@ -9,6 +9,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from . import _env
+
 # (rank variable, world-size variable) per launcher, in the order they are trusted.
 LAUNCHER_VARS = (
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
@@ -19,28 +21,25 @@ LAUNCHER_VARS = (
 )
 
 
-def _int_var(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"distvlog: environment variable {name}={raw!r} is not an integer") from None
-    if value < 0:
-        raise ValueError(f"distvlog: environment variable {name}={raw!r} is negative")
-    return value
-
-
-def rank_from_env() -> tuple[int, int]:
-    """(rank, world_size) from the first launcher whose variables are set, else (0, 1)."""
-    for rank_var, size_var in LAUNCHER_VARS:
-        rank = _int_var(rank_var)
-        if rank is not None:
-            size = _int_var(size_var)
-            size = size if size is not None else rank + 1
+def rank_from_env(launchers: tuple[tuple[str, str], ...] = LAUNCHER_VARS) -> tuple[int, int]:
+    """(rank, world_size) from the first launcher whose rank variable is set, else (0, 1). A launcher with a
+    bad value is skipped with a warning (a mistyped variable must not stop the job): the next one is tried."""
+    for i, (rank_var, size_var) in enumerate(launchers):
+        raw_rank, raw_size = os.environ.get(rank_var), os.environ.get(size_var)
+        if not raw_rank:
+            continue
+        try:
+            bad = rank_var, raw_rank
+            rank = _env.count(raw_rank)
+            bad = size_var, raw_size
+            size = _env.count(raw_size) if raw_size else rank + 1
+            bad = rank_var, raw_rank
             if rank >= size:
-                raise ValueError(f"distvlog: {rank_var}={rank} is not below {size_var}={size}")
+                raise ValueError(f"not below {size_var}={size}")
+            return rank, size
+        except ValueError as exc:
+            rank, size = rank_from_env(launchers[i + 1:])
+            _env.warn(*bad, str(exc), f"rank {rank} of {size}")
             return rank, size
     return 0, 1
 

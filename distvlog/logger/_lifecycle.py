@@ -14,22 +14,12 @@ import threading
 import traceback
 from typing import Any
 
+from . import _env
 from ._logger import unechoed_logger
 from ._sink import SINK, RankFile
 
 
-def _flush_interval_from_env() -> float:
-    raw = os.environ.get("DISTVLOG_FLUSH_INTERVAL") or "0.5"
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0:  # 0 would make the timer thread flush in a busy loop
-        raise ValueError(f"distvlog: DISTVLOG_FLUSH_INTERVAL={raw!r} is not a positive number of seconds")
-    return seconds
-
-
-FLUSH_INTERVAL_S = _flush_interval_from_env()
+FLUSH_INTERVAL_S = _env.read("DISTVLOG_FLUSH_INTERVAL", _env.seconds, 0.5)
 _timer_pid: int | None = None
 _signals_installed = False
 

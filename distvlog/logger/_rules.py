@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import os
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Union
+
+from . import _env
 
 LevelSpec = Union[int, Mapping[str, int], str]
 
@@ -65,7 +66,7 @@ class Rules:
         return Rules(_check_level(spec, "verbosity level"), self.patterns)
 
 
-def parse_vmodule(text: str, source: str = "vmodule") -> dict[str, int]:
+def parse_vmodule(text: str) -> dict[str, int]:
     """Parse glog's `name=level,glob*=level` syntax."""
     out: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -75,25 +76,15 @@ def parse_vmodule(text: str, source: str = "vmodule") -> dict[str, int]:
                 raise ValueError
             out[name.strip()] = int(level)
         except ValueError:
-            raise ValueError(f"distvlog: {source}: {item!r} is not of the form name=level") from None
+            raise ValueError(f"{item!r} is not of the form name=level") from None
     return out
 
 
 def _rules_from_env() -> Rules:
-    rules = Rules()
-    for var in ("DISTVLOG_V", "GLOG_v"):
-        raw = os.environ.get(var)
-        if raw:
-            try:
-                rules = Rules(int(raw))
-            except ValueError:
-                raise ValueError(f"distvlog: {var}={raw!r} is not an integer") from None
-            break
-    for var in ("DISTVLOG_VMODULE", "GLOG_vmodule"):
-        raw = os.environ.get(var)
-        if raw:
-            return rules.updated(parse_vmodule(raw, var))
-    return rules
+    level = _env.read(("DISTVLOG_V", "GLOG_v"), _env.integer, 0)
+    vmodule = _env.read(("DISTVLOG_VMODULE", "GLOG_vmodule"), parse_vmodule, {},
+                        show=lambda spec: ",".join(f"{name}={lvl}" for name, lvl in spec.items()) or "none")
+    return Rules(level).updated(vmodule)
 
 
 class _ThreadRules(threading.local):

@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from . import _render, _rundir
+from . import _env, _render, _rundir
 from ._identity import IDENTITY
 
 
@@ -27,10 +27,7 @@ class RankFile:
     """One per process. Its `write`/`write_urgent` are what the structlog pipeline's logger calls."""
 
     def __init__(self) -> None:
-        self.format = os.environ.get("DISTVLOG_FORMAT") or "glog"
-        if self.format not in _render.RENDERERS:
-            raise ValueError(f"distvlog: DISTVLOG_FORMAT={self.format!r} is not a log format "
-                             f"(choose from {sorted(_render.RENDERERS)})")
+        self.format = _env.read("DISTVLOG_FORMAT", _env.one_of(_render.RENDERERS), "glog")
         self.renderer = _render.RENDERERS[self.format]()
         self.run_id: str | None = None
         self.root: Path | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from logger_testkit import Scripts
 
-from distvlog.logger import _rules
+from distvlog.logger import _env, _rules
 
 
 @pytest.fixture
@@ -25,3 +25,11 @@ def fresh_rules():
     yield _rules
     _rules._process = saved
     _rules._update_ceiling()
+
+
+@pytest.fixture
+def env_warnings(monkeypatch, capsys):
+    """env_warnings() is what the environment reader wrote to stderr so far: a fresh process's warnings
+    (values warned about before this test are warned about again)."""
+    monkeypatch.setattr(_env, "_warned", set())
+    return lambda: capsys.readouterr().err.splitlines()

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from logger_testkit import GLOG_PREFIX, finish, read_glog, wait_for_line
 
-from distvlog.logger._identity import rank_from_env
+from distvlog.logger._identity import LAUNCHER_VARS, rank_from_env
 
 LOGS = '''
 import os
@@ -55,6 +55,12 @@ def test_alsologtostderr_echoes_everything_and_latest_moves_on(scripts):
     assert os.readlink(scripts.log_dir / "latest") == path.parent.name
 
 
+def _clear_launcher_env(monkeypatch) -> None:
+    for pair in LAUNCHER_VARS:
+        for var in pair:
+            monkeypatch.delenv(var, raising=False)
+
+
 @pytest.mark.parametrize("env, expected", [
     ({}, (0, 1)),
     ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}, (3, 4)),
@@ -67,24 +73,26 @@ def test_alsologtostderr_echoes_everything_and_latest_moves_on(scripts):
     ({"PMI_RANK": "", "RANK": "1", "WORLD_SIZE": "2"}, (1, 2)),
 ])
 def test_rank_from_launcher_environment(monkeypatch, env, expected):
-    for var in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "PMIX_SIZE",
-                "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
-        monkeypatch.delenv(var, raising=False)
+    _clear_launcher_env(monkeypatch)
     for var, value in env.items():
         monkeypatch.setenv(var, value)
     assert rank_from_env() == expected
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"PMI_RANK": "one"}, "environment variable PMI_RANK='one' is not an integer"),
-    ({"RANK": "-1"}, "environment variable RANK='-1' is negative"),
-    ({"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}, "SLURM_PROCID=4 is not below SLURM_NTASKS=4"),
+@pytest.mark.parametrize("env, warning, expected", [
+    ({"PMI_RANK": "one"}, "PMI_RANK='one': not an integer (using rank 0 of 1)", (0, 1)),
+    ({"RANK": "-1"}, "RANK='-1': negative (using rank 0 of 1)", (0, 1)),
+    ({"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}, "SLURM_PROCID='4': not below SLURM_NTASKS=4 (using rank 0 of 1)",
+     (0, 1)),
+    ({"PMI_RANK": "1", "PMI_SIZE": "two", "SLURM_PROCID": "2", "SLURM_NTASKS": "3"},
+     "PMI_SIZE='two': not an integer (using rank 2 of 3)", (2, 3)),
 ])
-def test_bad_launcher_environment_is_a_clear_error(monkeypatch, env, message):
+def test_a_launcher_with_a_bad_value_is_named_and_skipped(monkeypatch, env_warnings, env, warning, expected):
+    _clear_launcher_env(monkeypatch)
     for var, value in env.items():
         monkeypatch.setenv(var, value)
-    with pytest.raises(ValueError, match=f"^distvlog: {re.escape(message)}$"):
-        rank_from_env()
+    assert rank_from_env() == expected
+    assert env_warnings() == [f"distvlog: ignoring {warning}"]
 
 
 def _job(scripts, ranks: int, env: dict[str, str], rank_vars=("PMI_RANK", "PMI_SIZE")) -> None:
