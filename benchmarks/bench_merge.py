@@ -121,9 +121,14 @@ def contenders(files: list[Path], out: Path) -> dict[str, list[str]]:
     }
 
 
-def timed(cmd: list[str]) -> float:
-    """Wall seconds of a command (LC_ALL=C: sort's fastest comparison)."""
+def timed(cmd: list[str], out: Path) -> float:
+    """Wall seconds of a command (LC_ALL=C: sort's fastest comparison).
+
+    Each starts alike: no output file from the run before (whose deletion one would pay, the other not) and
+    nothing left to write back from it (else later rounds run slower and slower as dirty pages pile up)."""
     env = dict(os.environ, LC_ALL="C", PYTHONPATH=str(ROOT))
+    out.unlink(missing_ok=True)
+    os.sync()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - t0
@@ -169,11 +174,12 @@ def main() -> None:
         files = [tmp / f"rank-{r}.log" for r in range(RANKS)]
         sizes = [generate(f, r, args.records, seed=r) for r, f in enumerate(files)]
         print(f"input: {RANKS} files x {args.records:,} records ({sum(sizes) / 1e6:,.0f} MB, 10% multi-line)")
-        runs = contenders(files, tmp / "out.log")
+        out = tmp / "out.log"
+        runs = contenders(files, out)
         times: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.rounds):
             for name, cmd in runs.items():
-                times[name].append(timed(cmd))
+                times[name].append(timed(cmd, out))
         median = {name: statistics.median(t) for name, t in times.items()}
         base = median["sort -m"]
         for name, t in median.items():
