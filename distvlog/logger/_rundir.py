@@ -8,6 +8,7 @@ process started by the file's writer (a helper of that rank) joins that run inst
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -86,7 +87,7 @@ def _real_dir(path: Path) -> None:
     except FileExistsError:
         pass
     if not stat.S_ISDIR(os.lstat(path).st_mode):
-        raise OSError(f"distvlog: {path} is not a directory (symlinks are not followed)")
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory (symlinks are not followed)", str(path))
 
 
 def _ancestors() -> Iterator[int]:
@@ -137,7 +138,7 @@ def create_rank_file(root: Path, run_id: str, stem: str, suffix: str, pid: int) 
                 return os.open(path, _FLAGS, 0o644), path, rid
             except FileExistsError:
                 continue
-    raise OSError(f"distvlog: could not create {stem}{suffix} under {root}/{run_id}.*: 1000 runs use that id")
+    raise OSError(f"could not create {stem}{suffix} under {root}/{run_id}.*: 1000 runs use that id")
 
 
 def point_latest(root: Path, run_id: str) -> None:

@@ -50,7 +50,7 @@ class RankFile:
     # -- configuration (before the first record) ---------------------------------------------------
     def configure(self, *, fmt: str | None = None, log_dir: str | os.PathLike | None = None,
                   run_id: str | None = None) -> None:
-        if self._fd >= 0:
+        if self.file_open:
             raise RuntimeError(f"distvlog: the log file {self.path} is already open; configure before logging")
         if fmt is not None:
             if fmt not in _render.RENDERERS:
@@ -81,7 +81,7 @@ class RankFile:
                 self._open()
             self._buf += record
             self._flush_locked()
-        if echo:
+        if echo and self.file_open:  # (else the record went to stderr already)
             _echo(record)
         if self._deferred_signal:
             self._redeliver()
@@ -104,7 +104,11 @@ class RankFile:
         root = self.root or _rundir.log_dir()
         run_id = self.run_id or _rundir.default_run_id(ident.world_size)
         stem = f"rank-{ident.rank}" + (f".{ident.pid}" if self._child else "")
-        fd, path, rid = _rundir.create_rank_file(root, run_id, stem, self.renderer.suffix, ident.pid)
+        try:
+            fd, path, rid = _rundir.create_rank_file(root, run_id, stem, self.renderer.suffix, ident.pid)
+        except OSError as exc:
+            self._log_to_stderr(exc.filename or root, exc.strerror or str(exc))
+            return
         meta = _render.make_meta(rank=ident.rank, world_size=ident.world_size, host=ident.host, pid=ident.pid,
                                  tid=threading.get_native_id(), run_id=rid, fmt=self.format)
         meta.update(self._clock)
@@ -118,12 +122,29 @@ class RankFile:
         for callback in self.on_open:
             callback(self)
 
+    def _log_to_stderr(self, where: object, reason: str) -> None:
+        """As glog does when it cannot create its file: say so once, then write every record to stderr (once,
+        as it comes), so a bad log directory never stops the job."""
+        _echo(f"distvlog: cannot log to {where}: {reason}; logging to stderr\n".encode())
+        try:
+            self._fd = os.dup(2)  # the sink's own descriptor: a forked child closes it, not its stderr
+        except OSError:  # no stderr either
+            self._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        self.buffer_bytes = 0
+        self.echo_all = False
+
+    @property
+    def file_open(self) -> bool:
+        """Whether records go to this process's file (neither before the first record nor when logging
+        to stderr)."""
+        return self._fd >= 0 and self.path is not None
+
     def set_clock(self, slot: str, offset_us: float, uncertainty_us: float, ts_us: int) -> None:
         """Record a measured clock offset to rank 0 in the header (in place: the slot has a fixed width)."""
         text = _render.clock_slot(offset_us, uncertainty_us, ts_us)
         with self._lock:
             self._clock[slot] = text
-            if self._fd >= 0:
+            if self.file_open:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
                 try:
                     os.pwrite(fd, text.encode(), self._clock_offsets[slot])

@@ -148,14 +148,26 @@ def test_a_symlink_in_place_of_a_run_dir_is_not_followed(scripts):
     victim.mkdir()
     scripts.log_dir.mkdir()
     (scripts.log_dir / "run").symlink_to(victim)
-    run = scripts.run(LOGS, env={"DISTVLOG_RUN_ID": "run"}, rc=None)
+    run = scripts.run(LOGS, env={"DISTVLOG_RUN_ID": "run"})
     assert list(victim.iterdir()) == []
-    if run.proc.returncode:  # one clear error (the exception hooks do not fail on it in turn)
-        assert run.proc.stderr.strip().splitlines()[-1] == (
-            f"OSError: distvlog: {scripts.log_dir / 'run'} is not a directory (symlinks are not followed)")
-        assert "Error in sys.excepthook" not in run.proc.stderr
-    else:
-        assert len(read_glog(scripts.log_dir / "run.1" / "rank-0.log").records) == 5
+    assert _path_lines(run.proc.stderr) == [f"distvlog: cannot log to {scripts.log_dir / 'run'}: not a directory "
+                                            "(symlinks are not followed); logging to stderr"]
+
+
+@pytest.mark.parametrize("also_to_stderr", ["0", "1"])
+@pytest.mark.parametrize("log_dir, reason", [("a-file", "File exists"), ("a-file/logs", "Not a directory")])
+def test_an_unusable_log_dir_sends_every_record_to_stderr_once(scripts, log_dir, reason, also_to_stderr):
+    (scripts.tmp / "a-file").write_text("not a directory\n")
+    before = sorted(scripts.tmp.rglob("*"))
+    run = scripts.run(LOGS + "print(dlog.log_file_path())\n", name="logs.py",
+                      env={"DISTVLOG_LOG_DIR": str(scripts.tmp / log_dir), "DISTVLOG_ALSOLOGTOSTDERR": also_to_stderr})
+    lines = run.proc.stderr.splitlines()
+    assert lines[0] == f"distvlog: cannot log to {scripts.tmp / log_dir}: {reason}; logging to stderr"
+    assert [line.split("] [rank 0] ")[1] for line in lines[1:]] == [
+        "first info", "second info step=1", "careful", "broken", "verbose zero v=0"]
+    assert all(GLOG_PREFIX.match(line) for line in lines[1:])
+    assert run.proc.stdout.split()[-1] == "None"  # no log file
+    assert sorted(p for p in scripts.tmp.rglob("*") if p.name != "logs.py") == before
 
 
 HELPER = '''
