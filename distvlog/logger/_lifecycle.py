@@ -75,17 +75,22 @@ def _raising_line(exc: BaseException | None, tb: Any) -> traceback.FrameSummary 
     return frames[-1] if frames else None
 
 
-def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal: bool) -> None:
+def log_failure(event: str, exc: BaseException | None, tb: Any, fatal: bool = True) -> None:
+    """An F (or E) record where `exc` was raised, to the file only (whoever handles `exc` prints it to
+    stderr once), flushed at once. Never raises: it runs while the program is already failing."""
     try:
-        text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
         where = _raising_line(exc, tb)
-        log = unechoed_logger("distvlog")  # the previous hook prints the traceback to stderr once
-        (log.critical if fatal else log.error)(f"Unhandled exception in {kind}:\n{text}",
-                                               file=os.path.basename(where.filename) if where else "distvlog",
+        log = unechoed_logger("distvlog")
+        (log.critical if fatal else log.error)(event, file=os.path.basename(where.filename) if where else "distvlog",
                                                line=where.lineno if where else 0)
         SINK.flush()
     except Exception:
-        pass  # no log file (it could not be opened): the previous hook still prints the traceback
+        pass  # a record that cannot be written must not hide the failure itself
+
+
+def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal: bool) -> None:
+    text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+    log_failure(f"Unhandled exception in {kind}:\n{text}", exc, tb, fatal)
 
 
 def install() -> None:

@@ -74,6 +74,33 @@ def test_a_failing_rank_aborts_the_job_and_is_named(run_cli, tmp_path):
         assert f"[rank {rank}] waiting for rank 1" in timeline
 
 
+EXITING = """
+import sys
+import distvlog as dv
+from mpi4py import MPI
+
+dv.init()
+if dv.get_rank() == 1:
+    {exit}
+MPI.COMM_WORLD.Barrier()
+"""
+
+
+@pytest.mark.parametrize("call, reason", [
+    ("sys.exit('rank 1: config file missing')", "exited with status 1: rank 1: config file missing"),
+    ("sys.exit(3)", "exited with status 3"),
+])
+def test_a_rank_that_exits_non_zero_is_named_with_its_reason(run_cli, tmp_path, call, reason):
+    script = tmp_path / "exits.py"
+    script.write_text(EXITING.format(exit=call))
+    proc = run_cli("launch", "-n", "2", str(script))
+    assert proc.returncode != 0
+    assert f"distvlog launch: rank 1 failed: {reason} (exits.py:8)" in proc.stderr
+    assert "no rank logged" not in proc.stderr
+    assert re.search(rf"^F\S+ \S+ \d+ exits.py:8\] \[rank 1\] {re.escape(reason)}$",
+                     (run_dir_of(proc) / "rank-1.log").read_text(), re.M)
+
+
 @pytest.mark.parametrize("args,message", [
     (["-n", "2", "no_such_script.py"], "script no_such_script.py: no such file"),
     (["-n", "0", TRAIN], "-n 0: need at least one rank"),
