@@ -3,7 +3,7 @@
 The merge writes records from every live block with one `take` over a single binary array; that is only
 cheap when all live blocks share one buffer (a take over several buffers copies them all first). Slots are
 reused lowest-first, so the memory actually touched stays a few slots per input however big the input is.
-Slots are taken on the merge's read-ahead thread and given back on the main one, under a lock.
+Slots are taken on the merge's read-ahead threads and given back on the main one, under a lock.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ little (threads of one process stamp before they write), and that "little" (its 
 reads. The input holding the horizon back reads its next block, and so on; memory stays a few blocks per
 input. Ties keep rank order, then file order (inputs are in that order, and the sort is stable).
 
-Each input's next block is read and parsed ahead, on a second thread (file reads and numpy mostly run
-without the GIL), while this one merges and gathers: the two overlap on two cores.
+Each input's next block is read and parsed ahead on other threads (file reads and numpy mostly run
+without the GIL) while this one merges and gathers. Parsing is the larger share, so two threads read: one
+input's blocks are parsed one at a time, in order, but two inputs' at once.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class _Lane:
 class KWayMerge:
     """`batches(keep)` yields the records of all sources in timestamp order, a batch at a time.
 
-    `ahead` (a pool of one thread) reads and parses the blocks; the caller shuts it down when done."""
+    `ahead` (a thread pool) reads and parses the blocks; the caller shuts it down when done."""
 
     def __init__(self, sources: list[Source], alloc: Callable[[int], Slot], ahead: ThreadPoolExecutor) -> None:
         self.lanes = [_Lane(s, ahead, alloc) for s in sources]

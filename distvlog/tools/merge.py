@@ -25,6 +25,7 @@ from ._writers import JsonWriter, Writer, text_header
 from .reader import Source, open_sources, parse_rank_of
 
 PROGRESS_MIN_BYTES = 4 << 20
+READ_THREADS = 2  # parse two inputs' next blocks at once (see _kway)
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     zone = sources[0].utc_offset_s  # the lowest rank's time zone
     for source in sources:
         source.display_offset_s = zone
-    with ThreadPoolExecutor(1, thread_name_prefix="distvlog-merge-reader") as ahead:
+    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="distvlog-merge-reader") as ahead:
         merge = KWayMerge(sources, Arena().alloc, ahead)
         written = _write(args, sources, merge, select, zone)
     where = args.output or "stdout"
