@@ -29,7 +29,9 @@ def take(buffers: list[np.ndarray], cuts: list[np.ndarray], index: np.ndarray) -
                                                                                 pa.py_buffer(b)])
               for b, c in zip(buffers, cuts)]
     values = arrays[0] if len(arrays) == 1 else pa.chunked_array(arrays)
-    out = pc.take(values, pa.array(index, pa.int64()))
+    # from_buffers, not pa.array: that imports numpy.ma on first use (~20 ms of every merge)
+    indices = pa.Array.from_buffers(pa.int64(), len(index), [None, pa.py_buffer(np.ascontiguousarray(index, np.int64))])
+    out = pc.take(values, indices)
     if isinstance(out, pa.ChunkedArray):
         out = out.combine_chunks()
     offsets = np.frombuffer(out.buffers()[1], np.int64, len(out) + 1, out.offset * 8)
