@@ -19,6 +19,7 @@ from ._logger import unechoed_logger
 from ._sink import SINK, RankFile
 
 
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "")  # distvlog/
 FLUSH_INTERVAL_S = _env.read("DISTVLOG_FLUSH_INTERVAL", _env.seconds, 0.5)
 _timer_pid: int | None = None
 _signals_installed = False
@@ -64,15 +65,18 @@ def _on_open(_sink: RankFile) -> None:
 
 
 def _raising_line(exc: BaseException | None, tb: Any) -> traceback.FrameSummary | None:
-    """Where the failure started: the innermost frame of the exception, or of its direct cause when it was
-    raised `from` one (the backward engine re-raises a hook's or an op's error as a BackwardError)."""
+    """Where the failure started, in the user's code: the innermost frame outside distvlog of the exception
+    and of the causes it was raised `from` (the backward engine re-raises a hook's or an op's error as a
+    BackwardError); the innermost frame when all of them are distvlog's."""
+    frames = traceback.extract_tb(tb)
     seen: set[int] = set()
     while exc is not None and exc.__cause__ is not None and exc.__cause__.__traceback__ is not None \
             and id(exc) not in seen:
         seen.add(id(exc))
-        exc, tb = exc.__cause__, exc.__cause__.__traceback__
-    frames = traceback.extract_tb(tb)
-    return frames[-1] if frames else None
+        exc = exc.__cause__
+        frames += traceback.extract_tb(exc.__traceback__)
+    outside = [frame for frame in frames if not frame.filename.startswith(_PACKAGE_DIR)]
+    return (outside or frames)[-1] if frames else None
 
 
 def log_failure(event: str, exc: BaseException | None, tb: Any, fatal: bool = True) -> None:

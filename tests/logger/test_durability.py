@@ -126,6 +126,28 @@ def test_an_exception_mid_backward_leaves_its_traceback(scripts):
     assert last.more[-1].startswith("distvlog.autograd.engine.BackwardError:")
 
 
+INSIDE_DISTVLOG = ['''
+import distvlog as dv
+def configure():
+    dv.set_vlog_level("engine")  # @call
+configure()
+''', '''
+import distvlog as dv
+x = dv.randn([3, 4])
+x.stop_gradient = False
+loss = (x * 2).sum()
+loss.backward()
+loss.backward()  # @call
+''']
+
+
+@pytest.mark.parametrize("code", INSIDE_DISTVLOG)
+def test_an_exception_raised_inside_distvlog_is_located_at_the_users_call(scripts, code):
+    last = scripts.run(code, rc=1).records()[-1]
+    assert (last.severity, last.file, last.line) == ("F", "script.py", line_of(code, "call"))
+    assert any(line.startswith('  File "') and "/distvlog/" in line for line in last.more)  # the whole traceback
+
+
 THREAD = '''
 import threading
 import distvlog.logger as dlog
