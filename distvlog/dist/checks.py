@@ -95,7 +95,9 @@ class Checks:
     def __init__(self, comm: MPI.Intracomm, params: list[Tensor]) -> None:
         self.comm = comm
         self.params = params
-        self.layout = tuple((p.name, tuple(p.shape), str(p.dtype)) for p in params)
+        # a parameter frozen on one rank only would change the gradient buckets: part of the layout
+        self.layout = tuple((p.name, tuple(p.shape), str(p.dtype) + (" frozen" if p.stop_gradient else ""))
+                            for p in params)
         self._fingerprint = hashlib.blake2b(repr([entry[1:] for entry in self.layout]).encode(),
                                             digest_size=8).hexdigest()
 

@@ -1,10 +1,11 @@
 """`DataParallel`: Paddle's data-parallel wrapper on MPI, built to be debugged.
 
-At construction rank 0's parameters are broadcast. During backward a gradient hook on every parameter
-notes its gradient; when the backward pass is over (the engine's `queue_callback`) the buckets are
-averaged with one Allreduce each, in a fixed order, and the averages become the parameters' `.grad`, so
-`loss.backward(); opt.step()` needs nothing else. With `overlap=True` a bucket's Iallreduce starts from
-the hook that completes it, while backward goes on (buckets still start in index order on every rank).
+At construction rank 0's parameters are broadcast (frozen ones too: replicas must agree on all). During
+backward a gradient hook on every trainable parameter notes its gradient; when the backward pass is over (the
+engine's `queue_callback`) the buckets are averaged with one Allreduce each, in a fixed order, and the
+averages become the parameters' `.grad`, so `loss.backward(); opt.step()` needs nothing else. With
+`overlap=True` a bucket's Iallreduce starts from the hook that completes it, while backward goes on (buckets
+still start in index order on every rank).
 
 At verbosity >= 1 (module `parallel`) each bucket logs `allreduce begin step=S bucket=B bytes=N` and
 `allreduce end step=S bucket=B checksum=C`; at >= 2 every parameter's reduced gradient checksum. Steps
@@ -60,7 +61,8 @@ class DataParallel:
     def __init__(self, layers: Any, comm_buffer_size: float = 25, *, overlap: bool = False,
                  debug: bool | None = None, check_every: int = 10) -> None:
         self._layers = layers
-        self.params: list[Tensor] = [p for p in layers.parameters() if not p.stop_gradient]
+        self.params: list[Tensor] = list(layers.parameters())  # frozen ones too: replicas must agree on all
+        trainable = [p for p in self.params if not p.stop_gradient]
         self.overlap = overlap
         self.debug = _env_flag("DISTVLOG_DP_DEBUG") if debug is None else debug
         self.check_every = check_every
@@ -68,7 +70,7 @@ class DataParallel:
         self.comm = comm_mod.world().Dup()
         self.world_size = self.comm.size
         self._checks = Checks(self.comm.Dup(), self.params)
-        self.buckets = make_buckets(self.params, max(1, int(comm_buffer_size * MB)))
+        self.buckets = make_buckets(trainable, max(1, int(comm_buffer_size * MB)))
         self._reduction: _Reduction | None = None
         self._sync = True
         self._checks.before("the initial broadcast", self.step)  # always: a mismatched model would hang the broadcast

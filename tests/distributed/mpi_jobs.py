@@ -43,6 +43,19 @@ class Params:
         return dv.tanh(x @ self.ps[0]) @ self.ps[1]
 
 
+class WithFrozen(Params):
+    """Params and a frozen output scale (stop_gradient, to_tensor's default) that starts different per rank."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__([(8, 16), (16, 4)], seed)
+        frozen = dv.to_tensor(np.full(4, 1.0 + seed, "float32"))
+        frozen.name = "frozen"
+        self.ps.append(frozen)
+
+    def __call__(self, x):
+        return super().__call__(x) * self.ps[2]
+
+
 def train(model: dv.DataParallel, steps: int, nan_at: tuple[int, int] | None = None) -> None:
     rng = np.random.default_rng(100 + dv.get_rank())
     opt = dv.optim.SGD(learning_rate=0.1, parameters=model.parameters())
@@ -68,14 +81,17 @@ def mode_identical(overlap: str, bucket_bytes: str) -> None:
 
 
 def mode_mismatch(kind: str) -> None:
-    """Rank 1 builds a different model (`shape`) or skips a step (`step`); debug mode must say so on
-    every rank instead of hanging."""
+    """Rank 1 builds a different model (`shape`), trains a parameter the others freeze (`frozen`) or skips a
+    step (`step`); debug mode must say so on every rank instead of hanging."""
     dv.init()
     shapes = [(8, 16), (16, 4)]
     if kind == "shape" and dv.get_rank() == 1:
         shapes = [(8, 12), (12, 4)]
+    params = WithFrozen(seed=0) if kind == "frozen" else Params(shapes, seed=0)
+    if kind == "frozen" and dv.get_rank() == 1:
+        params.ps[2].stop_gradient = False  # trained here only: its gradient would join a bucket
     try:
-        model = dv.DataParallel(Params(shapes, seed=0), debug=True)
+        model = dv.DataParallel(params, debug=True)
         if kind == "step" and dv.get_rank() == 1:
             model.step += 1  # as if this rank had run one more forward
         train(model, 2)
@@ -110,6 +126,24 @@ def mode_hash(when: str) -> None:
         say(digest=model.check_parameters(), step=model.step)
     except dv.dist.DataParallelError as exc:
         say(error=str(exc), step=model.step)
+
+
+def mode_frozen() -> None:
+    """A frozen parameter is broadcast and hashed like the others but not reduced; rank 1 then changes it
+    behind DataParallel's back, and the hash must say so."""
+    dv.init()
+    model = dv.DataParallel(WithFrozen(seed=dv.get_rank()))
+    train(model, 3)
+    frozen = model.parameters()[2]
+    fields = dict(frozen=frozen.numpy().tolist(), digest=model.check_parameters(),
+                  reduced=[p.name for b in model.buckets for p in b.params])
+    if dv.get_rank() == 1:
+        frozen.numpy()[0] += 1.0
+    try:
+        model.check_parameters()
+        say(error=None, **fields)
+    except dv.dist.DataParallelError as exc:
+        say(error=str(exc), **fields)
 
 
 def mode_gather(layout: str, records: str) -> None:

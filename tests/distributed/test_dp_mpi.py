@@ -35,6 +35,24 @@ def test_shape_mismatch_is_an_error_on_every_rank(run_mpi, rank_results):
         assert "p0: [8, 16] float32 on ranks 0,2,3, [8, 12] float32 on rank 1" in r["error"]
 
 
+def test_a_parameter_frozen_on_some_ranks_only_is_an_error_on_every_rank(run_mpi, rank_results):
+    got = rank_results(run_mpi(2, "mismatch", "frozen"))
+    assert sorted(got) == [0, 1]
+    for r in got.values():
+        assert "before the initial broadcast" in r["error"]
+        assert "frozen: [4] float32 frozen on rank 0, [4] float32 on rank 1" in r["error"]
+
+
+def test_frozen_parameters_are_broadcast_and_hashed_but_not_reduced(run_mpi, rank_results):
+    got = rank_results(run_mpi(2, "frozen"))
+    assert sorted(got) == [0, 1]
+    assert got[0]["frozen"] == got[1]["frozen"] == [1.0] * 4  # rank 0's value, unchanged by training
+    assert got[0]["digest"] == got[1]["digest"]
+    assert got[0]["reduced"] == got[1]["reduced"] == ["p1", "p0"]
+    for r in got.values():
+        assert "frozen differs on rank 1 (rank 0 agree" in r["error"]
+
+
 def test_step_mismatch_is_an_error_on_every_rank(run_mpi, rank_results):
     got = rank_results(run_mpi(2, "mismatch", "step"))
     assert sorted(got) == [0, 1]
