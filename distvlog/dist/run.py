@@ -1,9 +1,10 @@
 """`python -m distvlog.dist.run script.py [args]`: how `distvlog launch` runs a script on every rank.
 
-As with `python -m mpi4py`, an unhandled exception or a non-zero `sys.exit()` in one rank aborts the whole
-job instead of leaving the other ranks waiting in a collective forever; either is logged as an F record. Before aborting it waits two flush intervals: the other
-ranks are usually blocked in MPI with the GIL released, so their flush timers get their last records to
-disk before the launcher kills them with SIGKILL, which no handler can catch.
+As with `python -m mpi4py`, an unhandled exception or a non-zero `sys.exit()` in one rank aborts the whole job
+instead of leaving the other ranks waiting in a collective forever; either is logged as an F record. Before
+aborting it waits two flush intervals: the other ranks are usually blocked in MPI with the GIL released, so
+their flush timers get their last records to disk before the launcher kills them with SIGKILL, which no
+handler can catch.
 """
 
 from __future__ import annotations
