@@ -12,12 +12,19 @@ from .optimizer import Optimizer
 
 class Adam(Optimizer):
     """m = b1 m + (1-b1) g, v = b2 v + (1-b2) g², param -= lr * m̂ / (sqrt(v̂) + epsilon) with
-    m̂ = m / (1 - b1^t), v̂ = v / (1 - b2^t); weight_decay is L2 (added to g), as in Paddle's Adam."""
+    m̂ = m / (1 - b1^t), v̂ = v / (1 - b2^t); weight_decay is L2 (added to g), as in Paddle's Adam.
+
+    Paddle's arguments in Paddle's order; `lazy_mode` and `multi_precision` only at their default (False),
+    `name` accepted and unused."""
 
     def __init__(self, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-8, parameters: Iterable[Tensor] | None = None,
-                 weight_decay: float | None = None) -> None:
-        super().__init__(learning_rate, parameters, weight_decay)
+                 weight_decay: float | None = None, grad_clip: object = None, lazy_mode: bool = False,
+                 multi_precision: bool = False, name: str | None = None) -> None:
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip)
+        for arg, value in (("lazy_mode", lazy_mode), ("multi_precision", multi_precision)):
+            if value:
+                raise NotImplementedError(f"Adam: {arg}={value!r} is not supported")
         for name, beta in (("beta1", beta1), ("beta2", beta2)):
             if not 0 <= beta < 1:
                 raise ValueError(f"Adam: {name} must be in [0, 1), got {beta}")

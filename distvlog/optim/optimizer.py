@@ -15,10 +15,15 @@ from ..autograd.tensor import Tensor
 
 
 class Optimizer:
-    """Subclasses define `_update(param, grad, lr)`, changing `param._data` in place."""
+    """Subclasses define `_update(param, grad, lr)`, changing `param._data` in place. Constructors take
+    Paddle's arguments in Paddle's order; one this library does not implement raises unless it is left at
+    its default (a silently ignored `grad_clip` would train a different model)."""
 
     def __init__(self, learning_rate: float, parameters: Iterable[Tensor] | None,
-                 weight_decay: float | None = None) -> None:
+                 weight_decay: float | None = None, grad_clip: object = None) -> None:
+        if grad_clip is not None:
+            raise NotImplementedError(f"{type(self).__name__}: grad_clip is not supported (clip the gradients "
+                                      "before step())")
         if parameters is None:
             raise ValueError(f"{type(self).__name__}: pass parameters=model.parameters() (eager mode needs them)")
         self._parameter_list = list(parameters)

@@ -12,11 +12,15 @@ from .optimizer import Optimizer
 
 class SGD(Optimizer):
     """param -= lr * v with v = momentum * v + grad (v = grad without momentum); with Nesterov,
-    param -= lr * (grad + momentum * v). The same rule as PyTorch's SGD and Paddle's Momentum."""
+    param -= lr * (grad + momentum * v). The same rule as PyTorch's SGD and Paddle's Momentum.
+
+    Positional arguments are Paddle's SGD's; `momentum` and `use_nesterov`, which Paddle's SGD lacks, are
+    keyword-only. `name` is accepted and unused, as in Paddle's eager mode."""
 
     def __init__(self, learning_rate: float = 0.001, parameters: Iterable[Tensor] | None = None,
-                 momentum: float = 0.0, weight_decay: float | None = None, use_nesterov: bool = False) -> None:
-        super().__init__(learning_rate, parameters, weight_decay)
+                 weight_decay: float | None = None, grad_clip: object = None, name: str | None = None, *,
+                 momentum: float = 0.0, use_nesterov: bool = False) -> None:
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip)
         if momentum < 0:
             raise ValueError(f"{type(self).__name__}: momentum must be >= 0, got {momentum}")
         if use_nesterov and not momentum:
@@ -33,9 +37,11 @@ class SGD(Optimizer):
 
 
 class Momentum(SGD):
-    """Paddle's `paddle.optimizer.Momentum` signature (momentum first, 0.9 by default)."""
+    """Paddle's `paddle.optimizer.Momentum` signature up to `grad_clip` (momentum first, 0.9 by default); its
+    later arguments (multi_precision, rescale_grad, ...) are not accepted."""
 
     def __init__(self, learning_rate: float = 0.001, momentum: float = 0.9,
                  parameters: Iterable[Tensor] | None = None, use_nesterov: bool = False,
-                 weight_decay: float | None = None) -> None:
-        super().__init__(learning_rate, parameters, momentum, weight_decay, use_nesterov)
+                 weight_decay: float | None = None, grad_clip: object = None) -> None:
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, momentum=momentum,
+                         use_nesterov=use_nesterov)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from collections import OrderedDict
@@ -90,6 +91,25 @@ def test_train_and_eval_reach_every_sublayer_and_switch_dropout() -> None:
     kept = dropped != 0
     assert 0.3 < kept.mean() < 0.7
     np.testing.assert_allclose(dropped[kept], 2 * dense[kept], rtol=1e-6)  # upscale_in_train: 1 / (1 - p)
+
+
+def test_dropout_and_linear_take_paddles_positional_arguments() -> None:
+    dropout = nn.Dropout(0.25, None, "upscale_in_train", "drop")
+    assert dropout.p == 0.25 and dropout.full_name().startswith("drop_")
+    linear = nn.Linear(2, 3, init.Constant(1.0), False, "fc")
+    assert linear.bias is None and linear.full_name().startswith("fc_")
+    np.testing.assert_array_equal(linear.weight.numpy(), np.ones((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("make, argument", [
+    (lambda: nn.Dropout(0.5, 1), "axis=1"),
+    (lambda: nn.Dropout(0.5, mode="downscale_in_infer"), "mode='downscale_in_infer'"),
+    (lambda: nn.Linear(2, 3, "fc.w"), "weight_attr='fc.w'"),  # Paddle's ParamAttr (or its name)
+    (lambda: nn.Linear(2, 3, bias_attr="fc.b"), "bias_attr='fc.b'"),
+])
+def test_paddle_arguments_not_implemented_raise_naming_the_argument(make, argument) -> None:
+    with pytest.raises(NotImplementedError, match=re.escape(argument)):
+        make()
 
 
 def test_state_dict_round_trip_gives_an_identical_model() -> None:

@@ -49,6 +49,29 @@ def test_weight_decay_adds_l2_to_the_gradient() -> None:
     np.testing.assert_allclose(p1, [0.949, -2.298])  # g = C + 0.01 p = [0.51, 2.98]
 
 
+def test_positional_arguments_are_paddles() -> None:
+    p = param([1.0, -2.0])
+    (p1,) = steps(dv.optim.SGD(0.1, [p], 0.01), p, [1])  # learning_rate, parameters, weight_decay
+    np.testing.assert_allclose(p1, [0.949, -2.298])  # as in the weight decay test: no momentum
+    q = param([1.0, -2.0])
+    (q1,) = steps(dv.optim.Adam(0.1, 0.9, 0.999, 1e-8, [q], None, None, False, False, "adam"), q, [1])
+    np.testing.assert_allclose(q1, [0.9, -2.1], rtol=1e-7)
+    with pytest.raises(TypeError):
+        dv.optim.SGD(0.1, [p], None, None, None, 0.9)  # momentum is keyword-only
+
+
+@pytest.mark.parametrize("make, argument", [
+    (lambda p: dv.optim.SGD(0.1, [p], None, "clip"), "grad_clip"),
+    (lambda p: dv.optim.Momentum(0.1, parameters=[p], weight_decay=None, grad_clip="clip"), "grad_clip"),
+    (lambda p: dv.optim.Adam(parameters=[p], grad_clip="clip"), "grad_clip"),
+    (lambda p: dv.optim.Adam(parameters=[p], lazy_mode=True), "lazy_mode=True"),
+    (lambda p: dv.optim.Adam(parameters=[p], multi_precision=True), "multi_precision=True"),
+])
+def test_paddle_arguments_not_implemented_raise_naming_the_argument(make, argument) -> None:
+    with pytest.raises(NotImplementedError, match=argument):
+        make(param([1.0]))
+
+
 def test_adam_bias_correction() -> None:
     p = param([1.0, -2.0])
     p1, p2 = steps(dv.optim.Adam(learning_rate=0.1, parameters=[p]), p, [1, 2])
