@@ -7,7 +7,7 @@ through the environment), only without clock offsets: a lazy start must never wa
 
 from __future__ import annotations
 
-from ..logger import IDENTITY, SINK, configure, get_logger
+from ..logger import IDENTITY, SINK, configure, get_logger, unbind_context
 from ..logger._rundir import default_run_id
 from . import clock, comm
 from .parallel import DataParallel, DataParallelError
@@ -43,6 +43,7 @@ def finalize(*, gather: bool = False) -> None:
     `gather=True` copy every rank's log files into rank 0's run directory over MPI."""
     if _state["finalized"]:
         return
+    unbind_context("step")  # bound by DataParallel's forward: records after training belong to no step
     init()
     private = comm.private("session")
     clock.record(private, "clock_end")

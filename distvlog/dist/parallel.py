@@ -9,7 +9,8 @@ still start in index order on every rank).
 
 At verbosity >= 1 (module `parallel`) each bucket logs `allreduce begin step=S bucket=B bytes=N` and
 `allreduce end step=S bucket=B checksum=C`; at >= 2 every parameter's reduced gradient checksum. Steps
-are counted by training forward calls from 0 and bound to every record of the thread (`step=`).
+are counted by training forward calls from 0 and bound to every record of the thread (`step=`) until
+`dv.finalize()`.
 In debug mode (`debug=True` or DISTVLOG_DP_DEBUG=1) the ranks compare notes before each collective
 (`checks.Checks`) and every `check_every` steps compare parameter hashes.
 """

@@ -146,6 +146,21 @@ def mode_frozen() -> None:
         say(error=str(exc), **fields)
 
 
+def mode_finalize() -> None:
+    """Log at the end of training and after dv.finalize(); say where the log file is."""
+    dv.init()
+    model = dv.DataParallel(Params([(8, 16), (16, 4)], seed=0))
+    train(model, 2)
+    log = dv.get_logger("job")
+    log.info("training done")
+    dv.finalize()
+    log.info("after finalize")
+    dv.flush()
+    from distvlog.logger import SINK
+
+    say(path=str(SINK.path))
+
+
 def mode_gather(layout: str, records: str) -> None:
     """Log, then finalize(gather=True); `local`: every rank has its own log root, as on node-local disks."""
     base = os.environ["DISTVLOG_LOG_DIR"]

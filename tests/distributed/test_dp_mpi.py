@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,12 @@ def test_parameter_hash_names_the_diverged_parameter_and_rank(run_mpi, rank_resu
         assert f"parameters are not identical across replicas at step {step}: p1 differs on rank 2 " \
                "(ranks 0,1,3 agree)" in r["error"]
         assert "p0" not in r["error"]
+
+
+def test_finalize_unbinds_the_step_dataparallel_bound(run_mpi, rank_results):
+    got = rank_results(run_mpi(2, "finalize"))
+    assert sorted(got) == [0, 1]
+    for r in got.values():
+        text = Path(r["path"]).read_text()
+        assert re.search(r"\] training done step=1$", text, re.M), text
+        assert re.search(r"\] after finalize$", text, re.M), text
