@@ -30,7 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # `merge A --rank-of A=0 B`: paths after an option are still paths
+        if not hasattr(args, "paths") or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.paths += extra
     try:
         return int(args.run(args) or 0)
     except InputError as exc:

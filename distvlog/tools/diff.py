@@ -79,6 +79,7 @@ def load(paths: list[str]) -> Logs:
     logs.ranks = {s.rank for s in sources if s.rank is not None}
     runs: dict[tuple, int] = {}
     for rec in read_records(sources, where=_WANTED):
+        logs.ranks.add(rec.rank)  # a merged timeline holds several ranks behind one header
         f = rec.fields
         if rec.event.startswith("grad_stats"):
             if "step" not in f:

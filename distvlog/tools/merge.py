@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("merge", help="merge per-rank logs into one timeline",
                                    description=__doc__.split("\n\n")[0])
     add_input_arguments(parser)
-    parser.add_argument("-o", "--output", metavar="OUT", help="write to OUT (default: standard output)")
+    parser.add_argument("-o", "--output", metavar="OUT", help="write to OUT (default, or -: standard output)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text",
                         help="glog text (default) or JSON lines")
     _filters.add_arguments(parser)
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 @contextlib.contextmanager
 def _output(path: str | None, inputs: list[Source]) -> Iterator[int]:
     """A file descriptor for the output; a file appears (atomically) only when the merge succeeds."""
-    if path is None:
+    if path is None or path == "-":
         sys.stdout.flush()
         yield sys.stdout.fileno()
         return
@@ -101,8 +101,10 @@ def _progress(sources: list[Source]):
     total = sum(s.size for s in sources)
     if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
         return None
-    from tqdm import tqdm
-
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is optional (the `progress` extra)
+        return None
     return tqdm(total=total, unit="B", unit_scale=True, desc="merge", file=sys.stderr, leave=False)
 
 
@@ -130,13 +132,17 @@ def summary(sources: list[Source], written: int, late: int, where: str) -> str:
 def run(args: argparse.Namespace) -> int:
     select = _filters.Select(args)
     sources = open_inputs(args)
+    present = {s.rank for s in sources}
+    if select.ranks is not None and not present & set(select.ranks.tolist()) and None not in present:
+        raise InputError(f"--ranks {args.ranks}: no input is from those ranks (present: "
+                         f"{','.join(map(str, sorted(present)))})")
     zone = sources[0].utc_offset_s  # the lowest rank's time zone
     for source in sources:
         source.display_offset_s = zone
     with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="distvlog-merge-reader") as ahead:
         merge = KWayMerge(sources, Arena().alloc, ahead)
         written = _write(args, sources, merge, select, zone)
-    where = args.output or "stdout"
+    where = "stdout" if args.output in (None, "-") else args.output
     print(f"distvlog merge: {summary(sources, written, merge.late, where)}", file=sys.stderr)
     return 0
 

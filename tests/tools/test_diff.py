@@ -140,3 +140,18 @@ def test_logs_without_gradient_statistics_are_unusable(tmp_path, capsys):
     logs = write_logs(tmp_path, {0: ["train step loss=0.5"]})
     assert main(["diff", logs]) == 2
     assert "no gradient statistics" in capsys.readouterr().err
+
+
+
+def test_a_merged_timeline_counts_the_ranks_in_its_records(tmp_path):
+    from tools_logfiles import T0, ours
+
+    from distvlog.tools import diff
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in range(3):
+        line = f"I grad_stats node=mul1GradNode slot=grad_x step=0 norm=1.0 nan=0 inf=0 checksum=0000000{r}"
+        (run / f"rank-{r}.log").write_text(ours(r, [(T0 + 10 * r, line)], world=3))
+    assert main(["merge", str(run), "-o", str(tmp_path / "timeline.log")]) == 0
+    assert diff.load([str(tmp_path / "timeline.log")]).ranks == {0, 1, 2}

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -211,3 +212,33 @@ def test_lnav_reads_every_merged_record_with_its_level(tmp_path, cli, glog_run):
     for row, rec in zip(records, expected):
         assert row["log_level"] == levels[rec[0]]
         assert row["log_body"].startswith("[rank ") and row["log_body"] == rec.split("] ", 1)[1].rstrip("\n")
+
+
+def test_json_lines_input_becomes_glog_text_with_whole_timestamps(cli, jsonl_run):
+    code, out, _ = cli("merge", jsonl_run)
+    assert code == 0
+    records = split_records(out)
+    assert sorted(TAG.search(r).group(0) for r in records if "distvlog-meta" not in r) == sorted(expected_tags(2, 20))
+    assert all(re.match(r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ [^:]+:\d+\] \[rank \d\] ", r) for r in records)
+
+
+def test_dash_is_standard_output_and_paths_may_follow_options(tmp_path, cli, glog_run):
+    files = sorted(glog_run.glob("rank-*.log"))
+    code, out, err = cli("merge", files[0], "--ranks", "0-1", files[1], "-o", "-")
+    assert code == 0 and not (tmp_path / "-").exists()
+    assert "to stdout" in err and "rank 0: 121, rank 1: 121" in err
+    assert {int(r) for r in re.findall(r"\] \[rank (\d+)\] ", out)} == {0, 1}
+
+
+def test_asking_for_ranks_no_input_has_is_an_error(cli, glog_run):
+    code, _, err = cli("merge", glog_run, "--ranks", "7")
+    assert code == 2 and err.strip() == "distvlog merge: error: --ranks 7: no input is from those ranks (present: 0,1,2,3)"
+
+
+def test_no_progress_bar_without_tqdm(monkeypatch, glog_run):
+    from distvlog.tools import merge
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # not installed
+    monkeypatch.setattr(merge, "PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert merge._progress(open_sources([str(glog_run)])) is None
