@@ -79,8 +79,11 @@ class GlogRenderer:
                 event = f"{first}{pairs}\n{rest}"
             else:
                 event += pairs
-        return (f"{stamp[1][ed['severity']]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}{event}\n"
-                ).encode("utf-8", "backslashreplace")
+        text = f"{stamp[1][ed['severity']]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}{event}\n"
+        try:
+            return text.encode()
+        except UnicodeEncodeError:  # lone surrogates (undecodable file names...): kept visible, escaped
+            return text.encode("utf-8", "backslashreplace")
 
     def header(self, meta: dict[str, Any]) -> bytes:
         created = time.localtime(meta["created_us"] // 1_000_000)
