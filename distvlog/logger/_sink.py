@@ -63,12 +63,14 @@ class RankFile:
 
     # -- the structlog logger interface ------------------------------------------------------------
     def write(self, record: bytes) -> None:
-        with self._lock:
-            if self._fd < 0:
-                self._open()
-            self._buf += record
-            if len(self._buf) >= self.buffer_bytes:
-                self._flush_locked()
+        """Append a whole record. Writers take no lock: `bytearray.extend` is one C call, atomic under the
+        GIL, and flushes never swap the buffer (see `_flush_locked`)."""
+        if self._fd < 0:
+            self._open_once()
+        buf = self._buf
+        buf.extend(record)
+        if len(buf) >= self.buffer_bytes:
+            self.flush()
         if self.echo_all:
             _echo(record)
         if self._deferred_signal:
@@ -79,7 +81,7 @@ class RankFile:
         with self._lock:
             if self._fd < 0:
                 self._open()
-            self._buf += record
+            self._buf.extend(record)
             self._flush_locked()
         if echo and self.file_open:  # (else the record went to stderr already)
             _echo(record)
@@ -94,9 +96,16 @@ class RankFile:
 
     # -- internals -----------------------------------------------------------------------------------
     def _flush_locked(self) -> None:
-        if self._buf:
-            _write_all(self._fd, self._buf)
-            self._buf = bytearray()
+        buf = self._buf
+        if buf:
+            data = bytes(buf)  # whole records: each was appended in one step
+            del buf[:len(data)]  # what lock-free writers appended meanwhile stays for the next flush
+            _write_all(self._fd, data)
+
+    def _open_once(self) -> None:
+        with self._lock:
+            if self._fd < 0:
+                self._open()
 
     def _open(self) -> None:
         ident = IDENTITY
@@ -156,7 +165,7 @@ class RankFile:
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
     # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
-        if self._lock._is_owned():  # the main thread was inside write(): finish that first
+        if self._lock._is_owned():  # the main thread was inside a flush (or the open): finish that first
             self._deferred_signal = (signum, frame, chain)
             return
         self.flush()
