@@ -133,7 +133,7 @@ def _validate(node: GradNode, outputs: tuple) -> tuple:
             grad = reduced
         if grad.dtype != dtype:
             grad = grad.astype(dtype)
-        elif any(grad is other for other in fitted):  # one array sent two ways (add): each gets its own
+        elif fitted and any(grad is other for other in fitted):  # one array sent two ways (add): its own copy
             grad = grad.copy()
         fitted.append(grad)
     return tuple(fitted)

@@ -27,21 +27,23 @@ def test_overlap_and_bucket_size_do_not_change_the_result(run_mpi, rank_results)
     assert runs[0] == runs[1] == runs[2]
 
 
+def every_rank_reports(got: dict, ranks: int, *phrases: str) -> None:
+    """Every one of `ranks` ranks reported, and each error names all `phrases` (the same error everywhere)."""
+    assert sorted(got) == list(range(ranks))
+    for r in got.values():
+        for phrase in phrases:
+            assert phrase in r["error"], r["error"]
+
+
 def test_shape_mismatch_is_an_error_on_every_rank(run_mpi, rank_results):
     proc = run_mpi(4, "mismatch", "shape")
-    got = rank_results(proc)
-    assert sorted(got) == [0, 1, 2, 3]
-    for r in got.values():
-        assert "before the initial broadcast" in r["error"]
-        assert "p0: [8, 16] float32 on ranks 0,2,3, [8, 12] float32 on rank 1" in r["error"]
+    every_rank_reports(rank_results(proc), 4, "before the initial broadcast",
+                       "p0: [8, 16] float32 on ranks 0,2,3, [8, 12] float32 on rank 1")
 
 
 def test_a_parameter_frozen_on_some_ranks_only_is_an_error_on_every_rank(run_mpi, rank_results):
-    got = rank_results(run_mpi(2, "mismatch", "frozen"))
-    assert sorted(got) == [0, 1]
-    for r in got.values():
-        assert "before the initial broadcast" in r["error"]
-        assert "frozen: [4] float32 frozen on rank 0, [4] float32 on rank 1" in r["error"]
+    every_rank_reports(rank_results(run_mpi(2, "mismatch", "frozen")), 2, "before the initial broadcast",
+                       "frozen: [4] float32 frozen on rank 0, [4] float32 on rank 1")
 
 
 def test_frozen_parameters_are_broadcast_and_hashed_but_not_reduced(run_mpi, rank_results):
@@ -55,10 +57,7 @@ def test_frozen_parameters_are_broadcast_and_hashed_but_not_reduced(run_mpi, ran
 
 
 def test_step_mismatch_is_an_error_on_every_rank(run_mpi, rank_results):
-    got = rank_results(run_mpi(2, "mismatch", "step"))
-    assert sorted(got) == [0, 1]
-    for r in got.values():
-        assert "step 0 on rank 0, step 1 on rank 1" in r["error"]
+    every_rank_reports(rank_results(run_mpi(2, "mismatch", "step")), 2, "step 0 on rank 0, step 1 on rank 1")
 
 
 def test_nan_gradient_names_rank_step_parameter_and_node(run_mpi, rank_results):
