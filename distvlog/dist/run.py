@@ -18,12 +18,12 @@ from ..logger import _lifecycle, flush
 
 
 def _abort(code: int) -> None:
-    from . import comm
+    from mpi4py import MPI  # not comm.world(): its launch check may be the very error being reported
 
     flush()
     time.sleep(2 * _lifecycle.FLUSH_INTERVAL_S)
     sys.stderr.flush()
-    comm.world().Abort(code)
+    MPI.COMM_WORLD.Abort(code)
 
 
 def _report_exit(exc: SystemExit) -> int:
