@@ -2,6 +2,8 @@
 
 All ranks get one run id and log root through the environment (`-genv` for MPICH's Hydra and Intel MPI,
 `-x` for Open MPI). The launcher is the one next to this Python (the `mpich` wheel's) before any on PATH.
+If this Python's mpi4py would load another MPI's libmpi than the launcher's (the mpich wheel's under a system
+Open MPI's mpirun), the ranks get MPI4PY_LIBMPI pointing at the launcher's own, or the command says why not.
 Ranks run under `distvlog.dist.run`, so an exception in one aborts the job instead of hanging it. Whatever
 happened, the run's files are merged into `timeline.log` and the command says where everything is and,
 when a rank failed, which one and why.
@@ -14,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -22,6 +25,12 @@ import distvlog
 from .._errors import InputError
 from ..logger._rundir import log_dir
 from . import report
+from .comm import library_name
+
+# The libmpi soname of each launcher kind's MPI, and the MPI's name in messages.
+_LIBMPI = {"openmpi": ("libmpi.so.40", "Open MPI"), "hydra": ("libmpi.so.12", "MPICH")}
+# Asks mpi4py which MPI library it loads, without initialising MPI.
+_PROBE = "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version())"
 
 
 def find_launcher(explicit: str | None) -> str:
@@ -48,12 +57,57 @@ def launcher_kind(launcher: str) -> str:
         out = subprocess.run([launcher, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InputError(f"{launcher} --version failed: {exc}") from None
-    text = (out.stdout + out.stderr).lower()
+    return kind_of(out.stdout + out.stderr)
+
+
+def kind_of(text: str) -> str:
+    """The MPI family a launcher's `--version` or a library's version text names."""
+    text = text.lower()
     if "open mpi" in text or "open-mpi" in text or "openrte" in text:
         return "openmpi"
     if "hydra" in text or "mpich" in text or "intel(r) mpi" in text:
         return "hydra"
     return "other"
+
+
+def _mpi4py_library(env: dict[str, str]) -> str:
+    """What this Python's mpi4py loads with `env`: the library's name, or why it loads none."""
+    try:
+        out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no MPI library ({exc})"
+    if out.returncode != 0 or not out.stdout.strip():
+        return f"no MPI library ({(out.stderr.strip().splitlines() or ['no output'])[-1]})"
+    return library_name(out.stdout)
+
+
+def launcher_libmpi(launcher: str, kind: str) -> str | None:
+    """The launcher's own libmpi: <prefix>/lib, lib64 or Debian's lib/<multiarch>, next to its bin/."""
+    soname = _LIBMPI[kind][0]
+    prefix = Path(launcher).resolve().parents[1]
+    for libdir in ("lib", "lib64", f"lib/{sysconfig.get_config_var('MULTIARCH') or ''}"):
+        if (prefix / libdir / soname).is_file():
+            return str(prefix / libdir / soname)
+    return None
+
+
+def matching_libmpi(launcher: str, kind: str) -> dict[str, str]:
+    """{} if this Python's mpi4py loads the launcher's MPI, else MPI4PY_LIBMPI for the launcher's own libmpi.
+    Mismatched, every rank would find a COMM_WORLD of its own (or die in MPI_Init); a user's own
+    MPI4PY_LIBMPI is never overridden."""
+    if kind not in _LIBMPI:
+        return {}
+    loaded = _mpi4py_library(dict(os.environ))
+    if kind_of(loaded) == kind:
+        return {}
+    own = os.environ.get("MPI4PY_LIBMPI")
+    lib = None if own else launcher_libmpi(launcher, kind)
+    if lib and kind_of(_mpi4py_library({**os.environ, "MPI4PY_LIBMPI": lib})) == kind:
+        return {"MPI4PY_LIBMPI": lib}
+    soname, name = _LIBMPI[kind]
+    raise InputError(f"{launcher} is {name}'s launcher, but mpi4py loads {loaded}"
+                     f"{f' (MPI4PY_LIBMPI={own})' if own else ''}: pass --mpirun with the launcher of that MPI, "
+                     f"or set MPI4PY_LIBMPI to {name}'s {soname}")
 
 
 def mpi_command(launcher: str, kind: str, n: int, env: dict[str, str], hostfile: str | None) -> list[str]:
@@ -62,7 +116,7 @@ def mpi_command(launcher: str, kind: str, n: int, env: dict[str, str], hostfile:
     if kind == "openmpi":
         if hostfile:
             cmd += ["--hostfile", hostfile]
-        elif n > (os.cpu_count() or 1):
+        else:  # Open MPI counts cores, not hardware threads: 8 ranks on 4 hyperthreaded cores need it too
             cmd.append("--oversubscribe")
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
@@ -102,10 +156,12 @@ def run(args: argparse.Namespace) -> int:
     kind = launcher_kind(launcher)
     root = Path(args.log_dir).resolve() if args.log_dir else log_dir().resolve()
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-launch{os.getpid()}"
-    env = _rank_env(run_id, root, args.n, local=not args.hostfile)
+    libmpi = matching_libmpi(launcher, kind)
+    env = {**_rank_env(run_id, root, args.n, local=not args.hostfile), **libmpi}
     cmd = mpi_command(launcher, kind, args.n, env, args.hostfile)
     cmd += [sys.executable, "-m", "distvlog.dist.run", str(script), *args.script_args]
-    print(f"distvlog launch: {args.n} ranks with {launcher} ({kind}), run {run_id} in {root}",
+    note = f", MPI4PY_LIBMPI={libmpi['MPI4PY_LIBMPI']}" if libmpi else ""
+    print(f"distvlog launch: {args.n} ranks with {launcher} ({kind}{note}), run {run_id} in {root}",
           file=sys.stderr, flush=True)
     code = _wait(subprocess.Popen(cmd, env={**os.environ, **env}))
     return report.after_run(root / run_id, args.n, code)
