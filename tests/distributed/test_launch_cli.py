@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from launch_testkit import TRAIN, losses, run_dir_of
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parents[2]
-TRAIN = str(REPO / "launch" / "train.py")
 
 FAILING = """
 import time
@@ -25,16 +23,6 @@ if dv.get_rank() == 1:
 log.info("waiting for rank 1")
 MPI.COMM_WORLD.Barrier()
 """
-
-
-def run_dir_of(proc) -> Path:
-    match = re.search(r"distvlog launch: logs: (\S+)/ \(", proc.stderr)
-    assert match, proc.stderr
-    return Path(match.group(1))
-
-
-def losses(stdout: str) -> list[float]:
-    return [float(x) for x in re.findall(r"^step +\d+ +loss (\S+)", stdout, re.M)]
 
 
 def test_train_on_four_ranks(run_cli):
