@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from .. import logger as dlog
+from .._checksum import checksum
 from ..autograd import Tensor, is_grad_enabled
 from ..autograd.engine import queue_callback
 from . import comm as comm_mod
@@ -186,11 +186,11 @@ class DataParallel:
         flat /= self.world_size
         if _log.vlog_is_on(1):
             _log.vlog(1, "allreduce end", step=self.step, bucket=bucket.index,
-                      checksum=f"{zlib.crc32(flat.tobytes()):08x}")
+                      checksum=checksum(flat))
             if _log.vlog_is_on(2):
                 for i, param in enumerate(bucket.params):
                     _log.vlog(2, "allreduce param", step=self.step, bucket=bucket.index, param=param.name,
-                              checksum=f"{zlib.crc32(bucket.slot(flat, i).tobytes()):08x}")
+                              checksum=checksum(bucket.slot(flat, i)))
         bucket.unpack(flat)
 
     def _abandon_reduction(self) -> None:
