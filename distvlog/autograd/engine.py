@@ -39,7 +39,7 @@ class GraphTask:
     """The state of one backward pass."""
 
     __slots__ = ("dependencies", "holders", "retain_graph", "accumulate", "captured", "level", "pass_id",
-                 "nodes_run", "captures", "callbacks")
+                 "nodes_run", "captures", "callbacks", "stats")
 
     def __init__(self, roots: dict[GradNode, np.ndarray], retain_graph: bool,
                  captured: dict[GradNode, np.ndarray | None] | None = None) -> None:
@@ -53,6 +53,7 @@ class GraphTask:
         self.nodes_run = 0
         self.captures: set = set()
         self.callbacks: list[Callable[[], None]] = []
+        self.stats: dict = {}  # NodeLog's grad_stats by gradient array: a node's input is its producer's output
 
 
 def _dependencies(roots: list[GradNode], targets: set[GradNode] | None) -> dict[GradNode, int]:
@@ -225,7 +226,7 @@ def _run_graph(task: GraphTask) -> None:
         if node in captured:
             captured[node] = grad
         level = node.vlog_level if node.vlog_level is not None else task.level
-        nlog = NodeLog(node, level, task.pass_id) if level >= 3 else None
+        nlog = NodeLog(node, level, task.pass_id, task.stats) if level >= 3 else None
         if grad is None:  # nothing reached this node: its successors get nothing from it either
             outputs: tuple = (None,) * len(node.edges)
         elif type(node) is AccumulationNode:

@@ -9,8 +9,8 @@
   3  ===Finish_AD_API_GRAD: <op>_grad===
   4  <node>(0x..) Found pending node: <next>(0x..), per out-edge that received a gradient
 
-Tensor dumps grow with the level: 3 names, 4 + pointers, 5 + TensorInfo and statistics, 6 + ADInfo,
-11 + values (truncated).
+Tensor dumps grow with the level as Paddle's: 3 names, 4 + pointers, 5 + TensorInfo, 6 + ADInfo,
+11 + values (truncated). The statistics are in the `grad_stats` records, whose fields `diff` reads.
 """
 
 from __future__ import annotations
@@ -57,8 +57,11 @@ def grad_stats(a: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _ptr(a: Any) -> str:
-    return f"0x{np.asarray(a).__array_interface__['data'][0]:x}"
+def _impl_ptr(a: Any) -> str:
+    """Paddle's Tensor_Impl_Ptr is the object holding the memory: ours is the array that owns the buffer
+    (views of one buffer print the same), not its data address (`__array_interface__` costs ~20x more)."""
+    base = getattr(a, "base", None)
+    return f"0x{id(a if base is None else base):x}"
 
 
 class NodeLog:
@@ -66,34 +69,30 @@ class NodeLog:
 
     __slots__ = ("node", "level", "log", "api", "_stats", "_inputs_text")
 
-    def __init__(self, node: GradNode, level: int, pass_id: int) -> None:
+    def __init__(self, node: GradNode, level: int, pass_id: int, stats: dict[int, tuple]) -> None:
         self.node, self.level = node, level
         self.log = _log.bind(node=node.name, **{"pass": pass_id})
         self.api = node.name if isinstance(node, AccumulationNode) else node.op.grad_name
-        self._stats: dict[int, dict[str, Any]] = {}  # per gradient array, computed once per run
+        self._stats = stats  # the pass's: id(gradient) -> (gradient, its grad_stats), computed once a pass
         self._inputs_text = ""
 
     def stats(self, grad: np.ndarray) -> dict[str, Any]:
-        s = self._stats.get(id(grad))
-        if s is None:
-            s = self._stats[id(grad)] = grad_stats(grad)
-        return s
+        held = self._stats.get(id(grad))
+        if held is None:  # (the pass holds the array: its id is not reused meanwhile)
+            held = self._stats[id(grad)] = (grad, grad_stats(grad))
+        return held[1]
 
     def _line(self, v: int, text: str, **fields: Any) -> None:
         if v <= self.level:
             self.log.vlog_at(v, text, **fields)
 
-    def _tensor(self, name: str, a: Any, grad_node: GradNode | None, is_grad: bool = True) -> str:
+    def _tensor(self, name: str, a: Any, grad_node: GradNode | None) -> str:
         fields = [f"Name: {name}"]
         if self.level >= 4:
-            fields += ["Initialized: 1", f"Tensor_Ptr:0x{id(a):x}", f"Tensor_Impl_Ptr: {_ptr(a)}"]
+            fields += ["Initialized: 1", f"Tensor_Ptr:0x{id(a):x}", f"Tensor_Impl_Ptr: {_impl_ptr(a)}"]
         if self.level >= 5:
             a = np.asarray(a)
             fields.append(f"TensorInfo: {{ Type: DenseTensor, Dtype: {dtype_name(a.dtype)}, Place: CPU, Shape: {list(a.shape)} }}")
-            if is_grad:  # statistics are for gradients; saved forward tensors get TensorInfo, as in Paddle
-                s = self.stats(a)
-                fields.append("Stats: { " + ", ".join(f"{k}: {v}" for k, v in s.items() if k not in ("shape", "dtype"))
-                              + " }")
         if self.level >= 6:
             fields.append(f"ADInfo: {{ GradNode: {grad_node!r} }}" if grad_node is not None else "ADInfo: { None }")
         if self.level >= 11:
@@ -110,7 +109,7 @@ class NodeLog:
                 if isinstance(value, np.ndarray):
                     slot = node.op.inputs.index(what) if what in node.op.inputs else None
                     name = node.input_name(slot) if slot is not None else "None"
-                    parts.append(f"( {what} , {self._tensor(name, value, None, is_grad=False)})")
+                    parts.append(f"( {what} , {self._tensor(name, value, None)})")
             self._inputs_text = "[ \n" + ",  \n".join(parts) + ", ]"
         return self._inputs_text
 

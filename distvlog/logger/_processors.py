@@ -17,7 +17,7 @@ from ._identity import IDENTITY
 SEVERITY = {"info": "I", "vlog": "I", "warning": "W", "error": "E", "critical": "F"}
 CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("distvlog_context", default={})
 _SKIP_CODES: set[CodeType] = set()  # frames of the logger itself, between the caller and the processors
-_basenames: dict[str, str] = {}
+_sites: dict[tuple[int, int], tuple[CodeType, str, int]] = {}  # (code, instruction) -> file, line
 
 
 class _ThreadId(threading.local):
@@ -54,12 +54,15 @@ def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[
         frame = sys._getframe(2)  # this processor <- Logger method <- caller
         while frame.f_code in _SKIP_CODES:
             frame = frame.f_back
-        path = frame.f_code.co_filename
-        base = _basenames.get(path)
-        if base is None:
-            base = _basenames[path] = os.path.basename(path)
-        ed["file"] = base
-        ed["line"] = frame.f_lineno
+        code = frame.f_code
+        key = (id(code), frame.f_lasti)  # f_lineno decodes the line table on every call: ~10% of a record
+        site = _sites.get(key)
+        if site is None:
+            if len(_sites) > 100_000:
+                _sites.clear()
+            site = _sites[key] = (code, os.path.basename(code.co_filename), frame.f_lineno)  # (holds the code: no id reuse)
+        ed["file"] = site[1]
+        ed["line"] = site[2]
     if "ts" not in ed:  # _clock.now_us(), inlined: a call costs more than the rest of this line
         ed["ts"] = time.time_ns() // 1000 + (IDENTITY.rank * SKEW_PER_RANK_US if SKEW_PER_RANK_US else 0)
     ed["severity"] = SEVERITY[method]

@@ -228,7 +228,7 @@ LEVEL_CONTENT = {  # level -> (text that must appear, text that must not)
     3: (["Running_AD_API_GRAD", "Finish_AD_API_GRAD", "Name: "], ["begin run", "Tensor_Ptr", "kernel key",
                                                                    "Found pending node"]),
     4: (["begin run", "Tensor_Ptr", "kernel key", "Found pending node"], ["TensorInfo", "grad_stats"]),
-    5: (["TensorInfo", "Stats: { norm", "grad_stats"], ["ADInfo", "Add grad_output_tensor"]),
+    5: (["TensorInfo", "grad_stats"], ["ADInfo", "Add grad_output_tensor", "Stats:"]),
     6: (["ADInfo", "Add grad_output_tensor"], ["grad inputs for", "Run Backward Kernel", "Value:"]),
     7: (["Move grad inputs for", "Run Backward Kernel"], ["Value:"]),
     11: (["Value: ["], []),
