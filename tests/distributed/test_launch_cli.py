@@ -89,6 +89,15 @@ def test_a_rank_that_exits_non_zero_is_named_with_its_reason(run_cli, tmp_path, 
                      (run_dir_of(proc) / "rank-1.log").read_text(), re.M)
 
 
+def test_a_script_that_never_logs_keeps_its_exit_code(run_cli, tmp_path):
+    script = tmp_path / "quiet.py"
+    script.write_text("print('hello from a rank')\n")
+    proc = run_cli("launch", "-n", "2", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("hello from a rank") == 2
+    assert "no rank wrote a log file" in proc.stderr and "nothing to merge" in proc.stderr
+
+
 @pytest.mark.parametrize("args,message", [
     (["-n", "2", "no_such_script.py"], "script no_such_script.py: no such file"),
     (["-n", "0", TRAIN], "-n 0: need at least one rank"),
