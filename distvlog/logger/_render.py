@@ -21,6 +21,7 @@ FORMAT_VERSION = 1
 # Fields the glog prefix carries; every other field (v included) follows the message as k=v.
 CORE_FIELDS = frozenset({"event", "ts", "severity", "rank", "world_size", "tid", "file", "line"})
 _NEEDS_QUOTES = re.compile(r'[\s"=]')
+_BARE = frozenset({int, float})  # rendered by str() as they are
 GLOG_HEADER_FORMAT = "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg"
 META_EVENT = "distvlog-meta"
 # Header slots patched in place once the clock offset is measured: "<offset_us> <uncertainty_us> <ts_us>".
@@ -33,10 +34,13 @@ _ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE | orjson.O
 def logfmt_value(value: Any) -> str:
     """A logfmt value: bare when it has no spaces, quotes or '=', else a JSON string."""
     kind = type(value)
-    if kind is int or kind is float or kind is bool or value is None:
+    if kind is str:  # the common case first: names, shapes, checksums
+        text = value
+    elif kind in _BARE or kind is bool or value is None:
         return str(value)
-    text = value if kind is str else str(value) if isinstance(value, (int, float, np.generic)) else (
-        orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=str).decode())
+    else:
+        text = str(value) if isinstance(value, (int, float, np.generic)) else (
+            orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=str).decode())
     return json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else text
 
 
@@ -72,7 +76,7 @@ class GlogRenderer:
         if type(event) is not str:
             event = "" if event is None else str(event)
         if len(ed) > len(CORE_FIELDS):
-            pairs = "".join([f" {k}={v}" if type(v) is int or type(v) is float else f" {k}={logfmt_value(v)}"
+            pairs = "".join([f" {k}={v}" if type(v) in _BARE else f" {k}={logfmt_value(v)}"
                              for k, v in ed.items() if k not in CORE_FIELDS])
             if "\n" in event:
                 first, _, rest = event.partition("\n")
