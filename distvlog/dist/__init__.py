@@ -25,8 +25,13 @@ def init(*, log_dir: str | None = None, format: str | None = None, run_id: str |
     private = comm.private("session")
     if SINK.path is None:
         configure(format=format, log_dir=log_dir)
-    mine = run_id or SINK.run_id or default_run_id(world.size)
-    shared = private.bcast(mine if world.rank == 0 else None, root=0)
+    if world.rank == 0:
+        # Rank 0's file decides the run: a reused run id moves it on to <id>.1, and every rank follows it
+        # there, whatever files an earlier job with that id (and another number of ranks) left behind.
+        if SINK.path is None:
+            configure(run_id=run_id or SINK.run_id or default_run_id(world.size))
+        SINK.open()
+    shared = private.bcast(SINK.run_id if world.rank == 0 else None, root=0)
     if SINK.path is None:
         configure(run_id=shared)
     elif SINK.run_id != shared:

@@ -66,7 +66,7 @@ class RankFile:
         """Append a whole record. Writers take no lock: `bytearray.extend` is one C call, atomic under the
         GIL, and flushes never swap the buffer (see `_flush_locked`)."""
         if self._fd < 0:
-            self._open_once()
+            self.open()
         buf = self._buf
         buf.extend(record)
         if len(buf) >= self.buffer_bytes:
@@ -102,7 +102,8 @@ class RankFile:
             del buf[:len(data)]  # what lock-free writers appended meanwhile stays for the next flush
             _write_all(self._fd, data)
 
-    def _open_once(self) -> None:
+    def open(self) -> None:
+        """Create this process's file: at its first record, or earlier when asked (its run id is then final)."""
         with self._lock:
             if self._fd < 0:
                 self._open()

@@ -87,3 +87,14 @@ def test_finalize_unbinds_the_step_dataparallel_bound(run_mpi, rank_results):
         text = Path(r["path"]).read_text()
         assert re.search(r"\] training done step=1$", text, re.M), text
         assert re.search(r"\] after finalize$", text, re.M), text
+
+
+def test_a_reused_run_id_keeps_every_rank_of_the_new_job_together(run_mpi, rank_results, tmp_path):
+    """An earlier 2-rank job used the id: the 4-rank job must not put ranks 2 and 3 into the old run."""
+    env = {"DISTVLOG_RUN_ID": "reused"}
+    first = rank_results(run_mpi(2, "finalize", env=env))
+    assert {Path(r["path"]).parent.name for r in first.values()} == {"reused"}
+    second = rank_results(run_mpi(4, "finalize", env=env))
+    assert sorted(second) == [0, 1, 2, 3]
+    assert {Path(r["path"]).parent.name for r in second.values()} == {"reused.1"}
+    assert sorted(p.name for p in (tmp_path / "logs" / "reused").iterdir()) == ["rank-0.log", "rank-1.log"]
