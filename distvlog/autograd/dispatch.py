@@ -87,6 +87,8 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     """Run `op` on `args` (tensors or Python scalars) and record its GradNode if any input needs a gradient."""
     if op.promote:
         args = _promote(op, args)
+    state = STATE
+    record = state.grad_enabled  # under no_grad no input gets an edge (nor a leaf its accumulation node)
     arrays, edges, wanted = [], [], False  # per input: its array, and the node its gradient flows to
     for a, differentiable in zip(args, op.differentiable):
         if not isinstance(a, Tensor):
@@ -94,7 +96,7 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
             edges.append(None)
             continue
         arrays.append(a._data)
-        if differentiable and not a.stop_gradient:
+        if differentiable and record and not a.stop_gradient:
             edges.append(a._node or a._grad_node())
             wanted = True
         else:
@@ -103,10 +105,7 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     out, aux = result if op.aux else (result, None)
     if type(out) is not np.ndarray:
         out = np.asarray(out)
-    state = STATE
-    if not (wanted and state.grad_enabled):
-        edges = None
-    if edges is None:
+    if not wanted:
         tensor = Tensor(out)
     else:
         capture = state.capture

@@ -54,9 +54,13 @@ def test_stop_gradient_defaults_and_propagation():
     a.stop_gradient = False
     c = a * 2
     assert not c.stop_gradient and c.grad_fn is not None
+    fresh = dv.randn([2])
+    fresh.stop_gradient = False
     with dv.no_grad():
         d = a * 2
+        e = fresh * 2
     assert d.stop_gradient and d.grad_fn is None and dv.is_grad_enabled()
+    assert e.grad_fn is None and fresh._accum is None, "no_grad records nothing, not even a leaf's accumulation node"
     with pytest.raises(RuntimeError, match="stop_gradient=True"):
         b.sum().backward()
 
