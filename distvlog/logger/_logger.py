@@ -6,8 +6,8 @@ processor chain (`PROCESSORS`), ending in the renderer of the process's log file
 
 from __future__ import annotations
 
-import os
 import functools
+import os
 import sys
 import traceback
 from typing import Any, Callable
