@@ -132,8 +132,9 @@ class NodeLog:
 
     def begin(self, grad: np.ndarray) -> None:
         node, api = self.node, self.api
-        self._line(4, f"{node!r} begin run")
-        self._line(5, f"{node!r} has {sum(e is not None for e in node.edges)} out edges to run")
+        if self.level >= 4:  # (texts of levels above the node's are not even built)
+            self._line(4, f"{node!r} begin run")
+            self._line(5, f"{node!r} has {sum(e is not None for e in node.edges)} out edges to run")
         self._line(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}")
         self._line(3, f"{{ Input: {self._inputs(grad)}}} ")
         if isinstance(node, AccumulationNode):
@@ -166,9 +167,11 @@ class NodeLog:
         self._line(3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
 
     def pending(self, nxt: GradNode, grad: np.ndarray, summed: bool, in_degree: int) -> None:
-        self._line(6, f"{self.node!r} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, dims={list(grad.shape)}")
-        self._line(7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}")
-        self._line(4, f"{self.node!r} Found pending node: {nxt!r}", in_degree=in_degree)
+        if self.level >= 6:
+            self._line(6, f"{self.node!r} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, dims={list(grad.shape)}")
+            self._line(7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}")
+        if self.level >= 4:
+            self._line(4, f"{self.node!r} Found pending node: {nxt!r}", in_degree=in_degree)
 
 
 skip_frames_of(NodeLog._line)  # records point at the NodeLog method that wrote them
