@@ -69,7 +69,7 @@ def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[
         while frame.f_code in _SKIP_CODES:
             frame = frame.f_back
         code = frame.f_code
-        site = _sites.get((id(code), frame.f_lasti)) or code_site(code, frame.f_lasti)
+        site = _sites.get((id(code), frame.f_lasti)) or code_site(code, frame.f_lasti)  # hit inlined
         ed["file"] = site[1]
         ed["line"] = site[2]
     if "ts" not in ed:  # _clock.now_us(), inlined: a call costs more than the rest of this line
