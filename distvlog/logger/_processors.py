@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import time
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any
 
 from ._clock import SKEW_PER_RANK_US
@@ -23,7 +23,8 @@ _sites: dict[tuple[int, int], tuple[CodeType, str, int]] = {}  # (code, instruct
 class _ThreadId(threading.local):
     """The native thread id, asked of the OS once per thread (it is a system call)."""
 
-    tid: int | None = None
+    def __init__(self) -> None:  # (run in each thread at its first use)
+        self.tid = threading.get_native_id()
 
 
 _thread = _ThreadId()
@@ -56,6 +57,19 @@ def code_site(code: CodeType, lasti: int) -> tuple[CodeType, str, int]:
     return site
 
 
+def caller_site(frame: FrameType) -> tuple[str, int]:
+    """File basename and line of the logging call: the first frame from `frame` out that is not the logger's."""
+    while frame.f_code in _SKIP_CODES:
+        frame = frame.f_back
+    code = frame.f_code
+    site = _sites.get((id(code), frame.f_lasti)) or code_site(code, frame.f_lasti)  # the hit inlined
+    return site[1], site[2]
+
+
+def thread_id() -> int:
+    return _thread.tid
+
+
 def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[str, Any]:
     """Bound context (`bind_context`), the caller's `file`/`line` (a fixed-depth frame look-up, not a stack
     walk), `ts` in µs since the epoch, `severity`, `rank`, `world_size` and the native thread id `tid`.
@@ -65,21 +79,12 @@ def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[
         for key, value in ctx.items():
             ed.setdefault(key, value)
     if "file" not in ed:
-        frame = sys._getframe(2)  # this processor <- Logger method <- caller
-        while frame.f_code in _SKIP_CODES:
-            frame = frame.f_back
-        code = frame.f_code
-        site = _sites.get((id(code), frame.f_lasti)) or code_site(code, frame.f_lasti)  # hit inlined
-        ed["file"] = site[1]
-        ed["line"] = site[2]
+        ed["file"], ed["line"] = caller_site(sys._getframe(2))  # this processor <- Logger method <- caller
     if "ts" not in ed:  # _clock.now_us(), inlined: a call costs more than the rest of this line
         ed["ts"] = time.time_ns() // 1000 + (IDENTITY.rank * SKEW_PER_RANK_US if SKEW_PER_RANK_US else 0)
     ed["severity"] = SEVERITY[method]
     ident = IDENTITY
     ed["rank"] = ident.rank
     ed["world_size"] = ident.world_size
-    tid = _thread.tid
-    if tid is None:
-        tid = _thread.tid = threading.get_native_id()
-    ed["tid"] = tid
+    ed["tid"] = _thread.tid
     return ed

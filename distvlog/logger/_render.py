@@ -44,6 +44,11 @@ def logfmt_value(value: Any) -> str:
     return json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else text
 
 
+def logfmt_pairs(fields: dict[str, Any]) -> str:
+    """` k=v` for each field, in order (the renderer inlines this: a call per record is measurable)."""
+    return "".join([f" {k}={v}" if type(v) in _BARE else f" {k}={logfmt_value(v)}" for k, v in fields.items()])
+
+
 _DIGITS3 = [f"{i:03d}" for i in range(1000)]
 
 
@@ -61,29 +66,33 @@ class GlogRenderer:
         self._sites: dict[tuple, str] = {}
 
     def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
-        second, us = divmod(ed["ts"], 1_000_000)
+        pairs = "".join([f" {k}={v}" if type(v) in _BARE else f" {k}={logfmt_value(v)}"
+                         for k, v in ed.items() if k not in CORE_FIELDS]) if len(ed) > len(CORE_FIELDS) else ""
+        return self.line(ed["ts"], ed["severity"], ed["tid"], ed["file"], ed["line"], ed["rank"], ed["event"], pairs)
+
+    def line(self, ts: int, severity: str, tid: int, file: str, line: int, rank: int, event: Any,
+             pairs: str) -> bytes:
+        """One record from its parts; `pairs` is the rendered ` k=v` of its other fields."""
+        second, us = divmod(ts, 1_000_000)
         stamp = self._stamp
         if second != stamp[0]:
             text = time.strftime("%m%d %H:%M:%S", time.localtime(second))
             stamp = self._stamp = (second, {sev: f"{sev}{text}." for sev in "IWEF"})
-        key = (ed["tid"], ed["file"], ed["line"], ed["rank"])
+        key = (tid, file, line, rank)
         site = self._sites.get(key)
         if site is None:
             if len(self._sites) > 100_000:
                 self._sites.clear()
-            site = self._sites[key] = f" {key[0]} {key[1]}:{key[2]}] [rank {key[3]}] "
-        event = ed["event"]
+            site = self._sites[key] = f" {tid} {file}:{line}] [rank {rank}] "
         if type(event) is not str:
             event = "" if event is None else str(event)
-        if len(ed) > len(CORE_FIELDS):
-            pairs = "".join([f" {k}={v}" if type(v) in _BARE else f" {k}={logfmt_value(v)}"
-                             for k, v in ed.items() if k not in CORE_FIELDS])
+        if pairs:
             if "\n" in event:
                 first, _, rest = event.partition("\n")
                 event = f"{first}{pairs}\n{rest}"
             else:
                 event += pairs
-        text = f"{stamp[1][ed['severity']]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}{event}\n"
+        text = f"{stamp[1][severity]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}{event}\n"
         try:
             return text.encode()
         except UnicodeEncodeError:  # lone surrogates (undecodable file names...): kept visible, escaped

@@ -234,3 +234,54 @@ def test_simulated_clock_skew_shifts_records_and_header(scripts):
     assert out["before"] + skew <= records[0]["ts"] <= out["after"] + skew
     assert out["before"] + skew <= meta["created_us"] <= out["after"] + skew
 
+
+
+LINE_WRITER = '''
+import threading
+import distvlog.logger as dlog
+from distvlog.logger._logger import LineWriter
+from distvlog.logger._logger import Logger
+from distvlog.logger._processors import skip_frames_of
+log = dlog.get_logger("distvlog.autograd.engine")
+generic = []  # events that took the generic path
+generic_vlog_at = Logger.vlog_at
+Logger.vlog_at = lambda self, v, event, **f: (generic.append(event), generic_vlog_at(self, v, event, **f))
+skip_frames_of(Logger.vlog_at)
+
+def both(v, event, fields, **extra):  # the fast writer, then the generic call, from this same line
+    for write in (LineWriter(log, **fields), log.bind(**fields).vlog_at):
+        write(v, event, **extra)  # @write
+
+both(4, "relu1GradNode(0x1) begin run", {"node": "relu1GradNode", "pass": 1})
+both(3, "{ Input: [\\n( grad_out , [{ Name: x }]) ]}", {"node": "n", "pass": 2})
+both(5, "grad_stats", {"node": "n"}, slot="grad_x", norm=0.5, shape="2x3", tensor="a b", nan=0)
+dlog.bind_context(step=7, node="shadowed by the bound field")
+both(4, "Found pending node: m", {"node": "n"}, in_degree=0)
+both(4, "extra shadows context", {"pass": 3}, node="extra")
+both(4, "extra shadows bound", {"node": "bound"}, node="extra")
+dlog.bind_context(line=5)  # a core field in the context: the generic path decides
+both(4, "core field", {"node": "n"})
+dlog.unbind_context("line")
+thread = threading.Thread(target=both, args=(4, "another thread", {"node": "n"}))
+thread.start()
+thread.join()
+dlog.add_processor(lambda logger, method, ed: {**ed, "seen": True})
+both(4, "an added processor sees the record", {"node": "n"})
+print(sorted(set(e for e in generic if generic.count(e) == 2)))
+'''
+
+
+def test_line_writer_writes_what_the_generic_path_writes(scripts):
+    run = scripts.run(LINE_WRITER)
+    assert run.proc.stdout.strip() == str(sorted(  # the cases the fast writer hands to the generic path
+        ["extra shadows bound", "extra shadows context", "core field", "an added processor sees the record"]))
+    records = run.records()
+    assert len(records) == 2 * 9
+    for fast, generic in zip(records[::2], records[1::2]):
+        assert (fast.severity, fast.tid, fast.file, fast.line, fast.rank, fast.text) == \
+               (generic.severity, generic.tid, generic.file, generic.line, generic.rank, generic.text)
+        assert fast.file == "script.py" and fast.line == line_of(LINE_WRITER, "write")
+    texts = [r.text for r in records[::2]]
+    assert texts[2] == 'grad_stats node=n v=5 slot=grad_x norm=0.5 shape=2x3 tensor="a b" nan=0'
+    assert texts[3] == "Found pending node: m node=n v=4 in_degree=0 step=7"
+    assert records[14].tid != records[0].tid and texts[8].endswith("seen=True")
