@@ -15,12 +15,14 @@ Tensor dumps grow with the level as Paddle's: 3 names, 4 + pointers, 5 + TensorI
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from .._checksum import checksum
 from ..logger import get_logger
+from ..logger._logger import LineWriter
 from ..logger._processors import skip_frames_of
 from .node import AccumulationNode, GradNode, dtype_name
 
@@ -33,45 +35,43 @@ def grad_stats(a: np.ndarray) -> dict[str, Any]:
     """Statistics that tell ranks apart: cheap, exact to compare (checksum) and robust to NaN/Inf."""
     a = np.asarray(a)
     flat = a.reshape(-1)
-    squares = np.dot(flat, flat) if flat.size else 0.0
-    if np.isfinite(squares):  # a NaN or Inf anywhere makes the sum of squares non-finite: one pass decides
-        values, n_nan, n_inf = flat, 0, 0
-        mean = _sum(flat) / flat.size if flat.size else float("nan")
-    else:  # some value is not finite (or the squares overflowed): count exactly, describe the finite rest
+    squares = float(np.dot(flat, flat)) if flat.size else 0.0
+    n_nan = n_inf = 0
+    if not math.isfinite(squares):  # a NaN or Inf anywhere (or overflowed squares): count, describe the rest
         finite = np.isfinite(flat)
-        values = flat[finite]
         n_nan = int(np.count_nonzero(np.isnan(flat)))
         n_inf = flat.size - int(np.count_nonzero(finite)) - n_nan
-        squares = np.dot(values, values) if values.size else 0.0
-        mean = _sum(values) / values.size if values.size else float("nan")
-    empty = values.size == 0
+        flat = flat[finite]
+        squares = float(np.dot(flat, flat)) if flat.size else 0.0
+    empty = flat.size == 0
     return {
         "shape": "x".join(map(str, a.shape)),
         "dtype": dtype_name(a.dtype),
-        "norm": float(np.sqrt(squares)),
-        "min": float("nan") if empty else float(values.min()),
-        "max": float("nan") if empty else float(values.max()),
-        "mean": mean,
+        "norm": math.sqrt(squares),
+        "min": math.nan if empty else float(np.minimum.reduce(flat)),
+        "max": math.nan if empty else float(np.maximum.reduce(flat)),
+        "mean": math.nan if empty else _sum(flat) / flat.size,
         "nan": n_nan,
         "inf": n_inf,
         "checksum": checksum(a),
     }
 
 
-_ONES: dict[str, np.ndarray] = {}  # per BLAS float type: ones to sum with
-_SUM_CHUNK = 1 << 18
+_ROW = 4096
+_ONES = {kind: np.ones(_ROW, kind) for kind in "fd"}  # per BLAS float type: one row of ones, kept in L1
 
 
 def _sum(flat: np.ndarray) -> float:
-    """The sum of a 1-d array; float32/64 by BLAS dot with ones, ~2.5x faster than np.sum's pairwise loop."""
-    kind = flat.dtype.char
-    if kind not in "fd":
-        return float(flat.sum(dtype=np.float64))
-    ones = _ONES.get(kind)
+    """The sum of a 1-d array; float32/64 by BLAS (rows of 4096 times ones), ~2.5x faster than np.sum's
+    pairwise loop, and the ones stay in L1 instead of pushing the model's arrays out of cache."""
+    ones = _ONES.get(flat.dtype.char)
     if ones is None:
-        ones = _ONES[kind] = np.ones(_SUM_CHUNK, flat.dtype)
-    return sum(float(np.dot(flat[i:i + _SUM_CHUNK], ones[:min(_SUM_CHUNK, flat.size - i)]))
-               for i in range(0, flat.size, _SUM_CHUNK))
+        return float(flat.sum(dtype=np.float64))
+    rows, tail = divmod(flat.size, _ROW)
+    total = float(np.dot(flat[rows * _ROW:], ones[:tail])) if tail else 0.0
+    if rows:
+        total += sum(np.dot(flat[:rows * _ROW].reshape(rows, _ROW), ones).tolist())  # row sums in float64
+    return total
 
 
 def _impl_ptr(a: Any) -> str:
@@ -88,7 +88,7 @@ class NodeLog:
 
     def __init__(self, node: GradNode, level: int, pass_id: int, stats: dict[int, tuple]) -> None:
         self.node, self.level = node, level
-        self.log = _log.bind(node=node.name, **{"pass": pass_id})
+        self.log = LineWriter(_log, node=node.name, **{"pass": pass_id})
         self.api = node.name if isinstance(node, AccumulationNode) else node.op.grad_name
         self._stats = stats  # the pass's: id(gradient) -> (gradient, its grad_stats), computed once a pass
         self._inputs_text = ""
@@ -101,7 +101,7 @@ class NodeLog:
 
     def _line(self, v: int, text: str, **fields: Any) -> None:
         if v <= self.level:
-            self.log.vlog_at(v, text, **fields)
+            self.log(v, text, **fields)
 
     def _tensor(self, name: str, a: Any, grad_node: GradNode | None) -> str:
         fields = [f"Name: {name}"]
