@@ -98,37 +98,38 @@ class LineWriter:
     fields are rendered once and a record skips the generic steps (a quarter of their instructions);
     otherwise, or when a field would shadow another, it is that very call."""
 
-    __slots__ = ("_bound", "_taken", "_heads", "_ctx")
+    __slots__ = ("_logger", "_context", "_heads", "_ctx")
 
     def __init__(self, logger: Logger, **fields: Any) -> None:
-        self._bound = logger.bind(**fields)
-        self._taken = CORE_FIELDS.union(self._bound._context, ("v",))  # names an `extra` must not reuse
+        self._logger = logger
+        self._context = {**logger._context, **fields}  # what bind() would hold (bound on the generic path only)
         self._heads: dict[int, str] = {}  # v -> the rendered bound fields and v
         self._ctx: tuple[dict | None, str | None] = (None, None)  # bind_context's dict and its rendering
 
     def __call__(self, v: int, event: str, **extra: Any) -> None:
-        bound = self._bound
-        renderer = bound._processors[-1]
+        processors = self._logger._processors
+        renderer = processors[-1]
         ctx = CONTEXT.get()
         if ctx is not self._ctx[0]:
             self._ctx = (ctx, self._render_context(ctx))
         tail = self._ctx[1]
-        if (tail is None or len(bound._processors) != 2 or type(renderer) is not GlogRenderer
-                or extra and not (self._taken.isdisjoint(extra) and ctx.keys().isdisjoint(extra))):
-            bound.vlog_at(v, event, **extra)
+        if (tail is None or len(processors) != 2 or type(renderer) is not GlogRenderer
+                or extra and not (CORE_FIELDS.isdisjoint(extra) and "v" not in extra
+                                  and self._context.keys().isdisjoint(extra) and ctx.keys().isdisjoint(extra))):
+            self._logger.bind(**self._context).vlog_at(v, event, **extra)
             return
         head = self._heads.get(v)
         if head is None:
-            head = self._heads[v] = logfmt_pairs({**bound._context, "v": v})
+            head = self._heads[v] = logfmt_pairs({**self._context, "v": v})
         pairs = f"{head}{logfmt_pairs(extra)}{tail}" if extra else head + tail
         file, line = caller_site(sys._getframe(1))
-        bound._logger.vlog(renderer.line(now_us(), "I", thread_id(), file, line, IDENTITY.rank, event, pairs))
+        self._logger._logger.vlog(renderer.line(now_us(), "I", thread_id(), file, line, IDENTITY.rank, event, pairs))
 
     def _render_context(self, ctx: dict[str, Any]) -> str | None:
         """The ` k=v` that `bind_context` adds (fields not already bound); None when it sets a core field."""
         if not CORE_FIELDS.isdisjoint(ctx) or "v" in ctx:
             return None
-        return logfmt_pairs({k: v for k, v in ctx.items() if k not in self._bound._context})
+        return logfmt_pairs({k: v for k, v in ctx.items() if k not in self._context})
 
 
 skip_frames_of(Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logger._vlog, LineWriter.__call__)
