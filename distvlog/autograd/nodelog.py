@@ -151,19 +151,21 @@ class NodeLog:
         self._line(7, "Run Backward Kernel")
 
     def finish(self, grad: np.ndarray, outputs: tuple) -> None:
+        """Texts and statistics first, then the lines in one burst: numpy's passes between two records would
+        leave the logging code's caches cold for each of them."""
         node, api = self.node, self.api
+        grads = [(i, f"grad_{slot}", g) for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
+        outs = [f" ( {slot} , {self._tensor(node.input_name(i) + '@Grad', g, node.edges[i])})" for i, slot, g in grads]
+        dump = f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } "
+        stats = [self.stats(grad)] + [self.stats(g) for _, _, g in grads] if self.level >= 5 else ()
         if not isinstance(node, AccumulationNode):
             self._line(3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}")
-        outs = [f" ( grad_{slot} , {self._tensor(node.input_name(i) + '@Grad', g, node.edges[i])})"
-                for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
-        self._line(3, f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } ")
-        if self.level >= 5:
+        self._line(3, dump)
+        if stats:
             site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
-            self._line(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **site, **self.stats(grad))
-            for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)):
-                if g is not None:
-                    self._line(5, "grad_stats", slot=f"grad_{slot}", tensor=node.input_name(i) + "@Grad",
-                               **site, **self.stats(g))
+            self._line(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **site, **stats[0])
+            for (i, slot, _), numbers in zip(grads, stats[1:]):
+                self._line(5, "grad_stats", slot=slot, tensor=node.input_name(i) + "@Grad", **site, **numbers)
         self._line(3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
 
     def pending(self, nxt: GradNode, grad: np.ndarray, summed: bool, in_degree: int) -> None:
