@@ -1,7 +1,8 @@
 """`get_logger`: structlog bound loggers with glog severities and `vlog(level, ...)`.
 
 distvlog never calls `structlog.configure`: your own structlog setup stays yours. Our loggers share one
-processor chain (`PROCESSORS`), ending in the renderer of the process's log file.
+processor chain (`PROCESSORS`), ending in the renderer of the process's log file. `LineWriter` is the
+engine's shortcut through that chain for as long as it is distvlog's own, to the same bytes.
 """
 
 from __future__ import annotations
