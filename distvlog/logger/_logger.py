@@ -96,25 +96,27 @@ class Logger(structlog.BoundLoggerBase):
 class LineWriter:
     """`logger.bind(**fields).vlog_at(v, event, **extra)` for a hot loop (the engine's lines for one node),
     writing the same bytes. While the chain is distvlog's own (no added processor, glog format), the bound
-    fields are rendered once and a record skips the generic steps (a quarter of their instructions);
-    otherwise, or when a field would shadow another, it is that very call."""
+    fields are rendered once (bind values that do not change) and a record skips the generic steps: a
+    quarter of the instructions per record. Otherwise, or when a field would shadow another or set one of
+    the record's own (`ts`, `file`...), it is that very call."""
 
-    __slots__ = ("_logger", "_context", "_heads", "_ctx")
+    __slots__ = ("_logger", "_context", "_fast", "_heads", "_ctx")
 
     def __init__(self, logger: Logger, **fields: Any) -> None:
         self._logger = logger
         self._context = {**logger._context, **fields}  # what bind() would hold (bound on the generic path only)
+        self._fast = CORE_FIELDS.isdisjoint(self._context)
         self._heads: dict[int, str] = {}  # v -> the rendered bound fields and v
         self._ctx: tuple[dict | None, str | None] = (None, None)  # bind_context's dict and its rendering
 
-    def __call__(self, v: int, event: str, **extra: Any) -> None:
+    def __call__(self, v: int, event: Any, **extra: Any) -> None:
         processors = self._logger._processors
         renderer = processors[-1]
         ctx = CONTEXT.get()
         if ctx is not self._ctx[0]:
             self._ctx = (ctx, self._render_context(ctx))
         tail = self._ctx[1]
-        if (tail is None or len(processors) != 2 or type(renderer) is not GlogRenderer
+        if (tail is None or not self._fast or len(processors) != 2 or type(renderer) is not GlogRenderer
                 or extra and not (CORE_FIELDS.isdisjoint(extra) and "v" not in extra
                                   and self._context.keys().isdisjoint(extra) and ctx.keys().isdisjoint(extra))):
             self._logger.bind(**self._context).vlog_at(v, event, **extra)

@@ -67,6 +67,7 @@ def caller_site(frame: FrameType) -> tuple[str, int]:
 
 
 def thread_id() -> int:
+    """This thread's native id (asked of the OS once per thread)."""
     return _thread.tid
 
 

@@ -259,6 +259,7 @@ dlog.bind_context(step=7, node="shadowed by the bound field")
 both(4, "Found pending node: m", {"node": "n"}, in_degree=0)
 both(4, "extra shadows context", {"pass": 3}, node="extra")
 both(4, "extra shadows bound", {"node": "bound"}, node="extra")
+both(4, "bound core field", {"rank": 9})
 dlog.bind_context(line=5)  # a core field in the context: the generic path decides
 both(4, "core field", {"node": "n"})
 dlog.unbind_context("line")
@@ -274,9 +275,10 @@ print(sorted(set(e for e in generic if generic.count(e) == 2)))
 def test_line_writer_writes_what_the_generic_path_writes(scripts):
     run = scripts.run(LINE_WRITER)
     assert run.proc.stdout.strip() == str(sorted(  # the cases the fast writer hands to the generic path
-        ["extra shadows bound", "extra shadows context", "core field", "an added processor sees the record"]))
+        ["extra shadows bound", "extra shadows context", "bound core field", "core field",
+         "an added processor sees the record"]))
     records = run.records()
-    assert len(records) == 2 * 9
+    assert len(records) == 2 * 10
     for fast, generic in zip(records[::2], records[1::2]):
         assert (fast.severity, fast.tid, fast.file, fast.line, fast.rank, fast.text) == \
                (generic.severity, generic.tid, generic.file, generic.line, generic.rank, generic.text)
@@ -284,4 +286,5 @@ def test_line_writer_writes_what_the_generic_path_writes(scripts):
     texts = [r.text for r in records[::2]]
     assert texts[2] == 'grad_stats node=n v=5 slot=grad_x norm=0.5 shape=2x3 tensor="a b" nan=0'
     assert texts[3] == "Found pending node: m node=n v=4 in_degree=0 step=7"
-    assert records[14].tid != records[0].tid and texts[8].endswith("seen=True")
+    assert texts[6] == 'bound core field v=4 step=7 node="shadowed by the bound field"'  # the rank is the process's
+    assert records[16].tid != records[0].tid and texts[9].endswith("seen=True")
