@@ -34,7 +34,7 @@ MAX_VALUES = 24  # elements printed per tensor at level >= 11
 def grad_stats(a: np.ndarray) -> dict[str, Any]:
     """Statistics that tell ranks apart: cheap, exact to compare (checksum) and robust to NaN/Inf."""
     a = np.asarray(a)
-    flat = a.reshape(-1)
+    flat = a.reshape(-1) if a.dtype.kind == "f" else a.reshape(-1).astype(np.float64)  # ints: no wrap-around
     squares = float(np.dot(flat, flat)) if flat.size else 0.0
     n_nan = n_inf = 0
     if not math.isfinite(squares):  # a NaN or Inf anywhere (or overflowed squares): count, describe the rest
@@ -58,19 +58,19 @@ def grad_stats(a: np.ndarray) -> dict[str, Any]:
 
 
 _ROW = 4096
-_ONES = {kind: np.ones(_ROW, kind) for kind in "fd"}  # per BLAS float type: one row of ones, kept in L1
+_ONES = {kind: np.ones(_ROW, kind) for kind in "fd"}  # per BLAS float type: one row of ones (16/32 KiB)
 
 
 def _sum(flat: np.ndarray) -> float:
     """The sum of a 1-d array; float32/64 by BLAS (rows of 4096 times ones), ~2.5x faster than np.sum's
-    pairwise loop, and the ones stay in L1 instead of pushing the model's arrays out of cache."""
+    pairwise loop, and the small row of ones stays in cache instead of pushing the model's arrays out."""
     ones = _ONES.get(flat.dtype.char)
     if ones is None:
         return float(flat.sum(dtype=np.float64))
     rows, tail = divmod(flat.size, _ROW)
     total = float(np.dot(flat[rows * _ROW:], ones[:tail])) if tail else 0.0
     if rows:
-        total += sum(np.dot(flat[:rows * _ROW].reshape(rows, _ROW), ones).tolist())  # row sums in float64
+        total += sum(np.dot(flat[:rows * _ROW].reshape(rows, _ROW), ones).tolist())  # rows added in float64
     return total
 
 

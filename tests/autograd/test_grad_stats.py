@@ -40,3 +40,10 @@ def test_a_strided_gradient_is_described_in_c_order():
     s = grad_stats(a)
     assert (s["shape"], s["mean"], s["min"], s["max"]) == ("4x3", 5.5, 0.0, 11.0)
     assert s["checksum"] == xxhash.xxh3_64_hexdigest(np.ascontiguousarray(a).tobytes())
+
+
+def test_an_integer_gradient_does_not_wrap_around():
+    a = np.array([50_000, 3], np.int32)  # its square wraps around in int32
+    s = grad_stats(a)
+    assert s["norm"] == pytest.approx(np.hypot(50_000, 3)) and (s["min"], s["max"], s["mean"]) == (3, 50_000, 25_001.5)
+    assert s["dtype"] == "int32" and s["checksum"] == xxhash.xxh3_64_hexdigest(a.tobytes())
