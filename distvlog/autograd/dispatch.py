@@ -30,7 +30,7 @@ def _user_site(with_stack: bool) -> Site:
     return Site(frame.f_code, frame.f_lasti, traceback.extract_stack(frame) if with_stack else None)
 
 
-_WEAK = (int, float, bool)  # Python scalars take the tensors' dtype, as in Paddle
+_WEAK = (int, float, bool, type(None))  # Python scalars take the tensors' dtype, as in Paddle; None: no operand
 
 
 def _promote(op: OpDef, args: tuple) -> tuple:
