@@ -61,7 +61,8 @@ class Site:
         return code_site(self.code, self.lasti)[2]
 
     def __str__(self) -> str:
-        return f"{self.filename}:{self.lineno}"
+        _, filename, lineno = code_site(self.code, self.lasti)  # one look-up (a level-5 node asks every pass)
+        return f"{filename}:{lineno}"
 
 
 class GradNode:
