@@ -6,6 +6,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
+from .._errors import refuse_unsupported
 from ..autograd.tensor import Tensor
 from . import functional as F
 from .initializer import Initializer
@@ -90,10 +91,7 @@ class Dropout(Layer):
         super().__init__(name)
         if not 0 <= p < 1:
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
-        if axis is not None:
-            raise NotImplementedError(f"Dropout: axis={axis!r} is not supported (only elementwise dropout)")
-        if mode != "upscale_in_train":
-            raise NotImplementedError(f"Dropout: mode={mode!r} is not supported (only 'upscale_in_train')")
+        refuse_unsupported("Dropout", axis=axis, mode=mode != "upscale_in_train" and mode)
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .._errors import refuse_unsupported
 from ..autograd.tensor import Tensor
 from .optimizer import Optimizer
 
@@ -22,9 +23,7 @@ class Adam(Optimizer):
                  weight_decay: float | None = None, grad_clip: object = None, lazy_mode: bool = False,
                  multi_precision: bool = False, name: str | None = None) -> None:
         super().__init__(learning_rate, parameters, weight_decay, grad_clip)
-        for arg, value in (("lazy_mode", lazy_mode), ("multi_precision", multi_precision)):
-            if value:
-                raise NotImplementedError(f"Adam: {arg}={value!r} is not supported")
+        refuse_unsupported("Adam", lazy_mode=lazy_mode, multi_precision=multi_precision)
         for name, beta in (("beta1", beta1), ("beta2", beta2)):
             if not 0 <= beta < 1:
                 raise ValueError(f"Adam: {name} must be in [0, 1), got {beta}")

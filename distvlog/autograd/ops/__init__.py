@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..._errors import refuse_unsupported
 from ..dispatch import apply
 from ..tensor import Tensor
 from . import math as _m
@@ -116,13 +117,6 @@ def sigmoid(x: Tensor, name: str | None = None) -> Tensor:
     return _named(apply(_n.SIGMOID, (x,)), name)
 
 
-def _unsupported(api: str, **given: Any) -> None:
-    """Paddle arguments we accept for the signature but do not implement: refused unless at their default."""
-    for arg, value in given.items():
-        if value:
-            raise NotImplementedError(f"{api}: {arg}={value!r} is not supported by distvlog")
-
-
 def softmax(x: Tensor, axis: int = -1, dtype: Any = None, name: str | None = None) -> Tensor:
     x = x if dtype is None else cast(x, dtype)
     return _named(apply(_n.SOFTMAX, (x,), {"axis": axis}), name)
@@ -137,7 +131,7 @@ def cross_entropy(input: Tensor, label: Tensor, weight: Tensor | None = None, ig
                   reduction: str = "mean", soft_label: bool = False, axis: int = -1, use_softmax: bool = True,
                   label_smoothing: float = 0.0, name: str | None = None) -> Tensor:
     """Softmax cross-entropy with integer labels over the last axis, fused and numerically stable."""
-    _unsupported("cross_entropy", weight=weight is not None and "a tensor", soft_label=soft_label,
+    refuse_unsupported("cross_entropy", weight=weight is not None and "a tensor", soft_label=soft_label,
                  axis=axis not in (-1, input.ndim - 1) and axis, use_softmax=not use_softmax and "False",
                  label_smoothing=label_smoothing)
     if reduction not in ("mean", "sum", "none"):
@@ -161,7 +155,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str | No
 
 def dropout(x: Tensor, p: float = 0.5, axis: int | Sequence[int] | None = None, training: bool = True,
             mode: str = "upscale_in_train", name: str | None = None) -> Tensor:
-    _unsupported("dropout", axis=axis, mode=mode != "upscale_in_train" and mode)
+    refuse_unsupported("dropout", axis=axis, mode=mode != "upscale_in_train" and mode)
     if not 0 <= p < 1:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     if not training or p == 0:
