@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING
 
 from .._errors import InputError
 from ..logger import IDENTITY
-from ..logger._identity import rank_from_env
+from ..logger._identity import LAUNCHER_VARS, rank_from_env
 
 if TYPE_CHECKING:
     from mpi4py import MPI
 
 _world: MPI.Intracomm | None = None
 _private: dict[str, MPI.Intracomm] = {}
-# What MPI launchers tell each rank before MPI is up: (rank, world size) variables, and whose they are.
-_LAUNCHER_VARS = {
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"): "Open MPI's mpirun",
-    ("PMI_RANK", "PMI_SIZE"): "a PMI launcher (MPICH's or Intel MPI's mpirun, srun --mpi=pmi2)",
+# The MPI launchers among identity's LAUNCHER_VARS, by their rank variable, named for messages.
+_MPI_LAUNCHERS = {
+    "OMPI_COMM_WORLD_RANK": "Open MPI's mpirun",
+    "PMI_RANK": "a PMI launcher (MPICH's or Intel MPI's mpirun, srun --mpi=pmi2)",
 }
 
 
@@ -49,7 +49,10 @@ def _check_launch() -> None:
 
     if MPI.COMM_WORLD.size > 1:
         return
-    for variables, launcher in _LAUNCHER_VARS.items():
+    for variables in LAUNCHER_VARS:
+        launcher = _MPI_LAUNCHERS.get(variables[0])
+        if launcher is None:
+            continue
         rank, size = rank_from_env((variables,))
         if size > 1:
             raise InputError(
