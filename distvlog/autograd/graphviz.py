@@ -8,14 +8,14 @@ graph with edges reversed, as the forward ran.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
-import itertools
 import time
 import traceback
 import weakref
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 
