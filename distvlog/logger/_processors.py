@@ -16,7 +16,9 @@ from ._identity import IDENTITY
 
 SEVERITY = {"info": "I", "vlog": "I", "warning": "W", "error": "E", "critical": "F"}
 CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("distvlog_context", default={})
-_SKIP_CODES: set[CodeType] = set()  # frames of the logger itself, between the caller and the processors
+# Frames of the logger itself, between the caller and the processors, by id: hashing a code object hashes
+# its constants, nested functions' code included, on every look-up. The dict holds the codes: ids stay theirs.
+_SKIP_CODES: dict[int, CodeType] = {}
 _sites: dict[tuple[int, int], tuple[CodeType, str, int]] = {}  # (code, instruction) -> file, line
 
 
@@ -40,7 +42,7 @@ os.register_at_fork(after_in_child=_forget_thread_ids)
 
 def skip_frames_of(*functions: Any) -> None:
     """Declare logger-internal functions whose frames the callsite look-up steps over."""
-    _SKIP_CODES.update(f.__code__ for f in functions)
+    _SKIP_CODES.update((id(f.__code__), f.__code__) for f in functions)
 
 
 def code_site(code: CodeType, lasti: int) -> tuple[CodeType, str, int]:
@@ -59,7 +61,7 @@ def code_site(code: CodeType, lasti: int) -> tuple[CodeType, str, int]:
 
 def caller_site(frame: FrameType) -> tuple[str, int]:
     """File basename and line of the logging call: the first frame from `frame` out that is not the logger's."""
-    while frame.f_code in _SKIP_CODES:
+    while id(frame.f_code) in _SKIP_CODES:
         frame = frame.f_back
     code = frame.f_code
     site = _sites.get((id(code), frame.f_lasti)) or code_site(code, frame.f_lasti)  # the hit inlined
