@@ -23,7 +23,6 @@ import numpy as np
 from .._checksum import checksum
 from ..logger import get_logger
 from ..logger._logger import LineWriter
-from ..logger._processors import skip_frames_of
 from .node import AccumulationNode, GradNode, dtype_name
 
 _log = get_logger("distvlog.autograd.engine")
@@ -88,7 +87,7 @@ class NodeLog:
 
     def __init__(self, node: GradNode, level: int, pass_id: int, stats: dict[int, tuple]) -> None:
         self.node, self.level = node, level
-        self.log = LineWriter(_log, node=node.name, **{"pass": pass_id})
+        self.log = LineWriter(_log, level, node=node.name, **{"pass": pass_id})
         self.api = node.name if isinstance(node, AccumulationNode) else node.op.grad_name
         self._stats = stats  # the pass's: id(gradient) -> (gradient, its grad_stats), computed once a pass
         self._inputs_text = ""
@@ -98,10 +97,6 @@ class NodeLog:
         if held is None:  # (the pass holds the array: its id is not reused meanwhile)
             held = self._stats[id(grad)] = (grad, grad_stats(grad))
         return held[1]
-
-    def _line(self, v: int, text: str, **fields: Any) -> None:
-        if v <= self.level:
-            self.log(v, text, **fields)
 
     def _tensor(self, name: str, a: Any, grad_node: GradNode | None) -> str:
         fields = [f"Name: {name}"]
@@ -132,48 +127,48 @@ class NodeLog:
 
     def begin(self, grad: np.ndarray) -> None:
         node, api = self.node, self.api
-        if self.level >= 4:  # (texts of levels above the node's are not even built)
-            self._line(4, f"{node!r} begin run")
-            self._line(5, f"{node!r} has {sum(e is not None for e in node.edges)} out edges to run")
-        self._line(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}")
-        self._line(3, f"{{ Input: {self._inputs(grad)}}} ")
-        if isinstance(node, AccumulationNode):
-            return
-        self._line(3, f"{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}")
-        if self.level >= 4:
-            self._line(4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]")
-            ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
-            outs = [meta for meta in node.in_meta if meta is not None]
-            sig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {list(a.shape)}" for a in ins)
-            osig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {list(s)}" for s, d in outs)
-            attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
-            self._line(4, f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}')
-        self._line(7, "Run Backward Kernel")
+        with self.log.burst() as log:
+            if self.level >= 4:  # (texts of levels above the node's are not even built)
+                log(4, f"{node!r} begin run")
+                log(5, f"{node!r} has {sum(e is not None for e in node.edges)} out edges to run")
+            log(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}")
+            log(3, f"{{ Input: {self._inputs(grad)}}} ")
+            if isinstance(node, AccumulationNode):
+                return
+            log(3, f"{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}")
+            if self.level >= 4:
+                log(4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]")
+                ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
+                outs = [meta for meta in node.in_meta if meta is not None]
+                sig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {list(a.shape)}" for a in ins)
+                osig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {list(s)}" for s, d in outs)
+                attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
+                log(4, f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}')
+            log(7, "Run Backward Kernel")
 
     def finish(self, grad: np.ndarray, outputs: tuple) -> None:
-        """Texts and statistics first, then the lines in one burst: numpy's passes between two records would
-        leave the logging code's caches cold for each of them."""
+        """Texts and statistics first, then the lines: numpy's passes over the gradients would leave the
+        logging code's caches cold between two records."""
         node, api = self.node, self.api
         grads = [(i, f"grad_{slot}", g) for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
         outs = [f" ( {slot} , {self._tensor(node.input_name(i) + '@Grad', g, node.edges[i])})" for i, slot, g in grads]
         dump = f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } "
         stats = [self.stats(grad)] + [self.stats(g) for _, _, g in grads] if self.level >= 5 else ()
-        if not isinstance(node, AccumulationNode):
-            self._line(3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}")
-        self._line(3, dump)
-        if stats:
-            site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
-            self._line(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **site, **stats[0])
-            for (i, slot, _), numbers in zip(grads, stats[1:]):
-                self._line(5, "grad_stats", slot=slot, tensor=node.input_name(i) + "@Grad", **site, **numbers)
-        self._line(3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
+        with self.log.burst() as log:
+            if not isinstance(node, AccumulationNode):
+                log(3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}")
+            log(3, dump)
+            if stats:
+                site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
+                log(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **site, **stats[0])
+                for (i, slot, _), numbers in zip(grads, stats[1:]):
+                    log(5, "grad_stats", slot=slot, tensor=node.input_name(i) + "@Grad", **site, **numbers)
+            log(3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
 
     def pending(self, nxt: GradNode, grad: np.ndarray, summed: bool, in_degree: int) -> None:
+        log = self.log
         if self.level >= 6:
-            self._line(6, f"{self.node!r} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, dims={list(grad.shape)}")
-            self._line(7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}")
+            log(6, f"{self.node!r} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, dims={list(grad.shape)}")
+            log(7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}")
         if self.level >= 4:
-            self._line(4, f"{self.node!r} Found pending node: {nxt!r}", in_degree=in_degree)
-
-
-skip_frames_of(NodeLog._line)  # records point at the NodeLog method that wrote them
+            log(4, f"{self.node!r} Found pending node: {nxt!r}", in_degree=in_degree)

@@ -239,7 +239,7 @@ def test_simulated_clock_skew_shifts_records_and_header(scripts):
 LINE_WRITER = '''
 import threading
 import distvlog.logger as dlog
-from distvlog.logger._logger import LineWriter
+from distvlog.logger._logger import PROCESSORS, LineWriter
 from distvlog.logger._logger import Logger
 from distvlog.logger._processors import skip_frames_of
 log = dlog.get_logger("distvlog.autograd.engine")
@@ -249,7 +249,7 @@ Logger.vlog_at = lambda self, v, event, **f: (generic.append(event), generic_vlo
 skip_frames_of(Logger.vlog_at)
 
 def both(v, event, fields, **extra):  # the fast writer, then the generic call, from this same line
-    for write in (LineWriter(log, **fields), log.bind(**fields).vlog_at):
+    for write in (LineWriter(log, 9, **fields), log.bind(**fields).vlog_at):
         write(v, event, **extra)  # @write
 
 both(4, "relu1GradNode(0x1) begin run", {"node": "relu1GradNode", "pass": 1})
@@ -269,6 +269,19 @@ thread.join()
 dlog.add_processor(lambda logger, method, ed: {**ed, "seen": True})
 both(4, "an added processor sees the record", {"node": "n"})
 print(sorted(set(e for e in generic if generic.count(e) == 2)))
+PROCESSORS.pop(-2)  # the added processor again
+writer = LineWriter(log, 4, node="b")
+with writer.burst() as write:
+    write(4, "held 1")  # @held
+    write(5, "above the writer's level")
+    write(4, "shadows a bound field: written by the generic path", node="x")
+    write(4, "held 2")
+try:
+    with writer.burst() as write:
+        write(4, "held when an error ends the burst")
+        raise ValueError
+except ValueError:
+    pass
 '''
 
 
@@ -277,7 +290,7 @@ def test_line_writer_writes_what_the_generic_path_writes(scripts):
     assert run.proc.stdout.strip() == str(sorted(  # the cases the fast writer hands to the generic path
         ["extra shadows bound", "extra shadows context", "bound core field", "core field",
          "an added processor sees the record"]))
-    records = run.records()
+    records, bursts = run.records()[:20], run.records()[20:]
     assert len(records) == 2 * 10
     for fast, generic in zip(records[::2], records[1::2]):
         assert (fast.severity, fast.tid, fast.file, fast.line, fast.rank, fast.text) == \
@@ -288,3 +301,10 @@ def test_line_writer_writes_what_the_generic_path_writes(scripts):
     assert texts[3] == "Found pending node: m node=n v=4 in_degree=0 step=7"
     assert texts[6] == 'bound core field v=4 step=7 node="shadowed by the bound field"'  # the rank is the process's
     assert records[16].tid != records[0].tid and texts[9].endswith("seen=True")
+    # a burst writes its records in the order of the calls, with their own call sites, even around a record
+    # that takes the generic path or an exception
+    assert [r.text for r in bursts] == [
+        "held 1 node=b v=4 step=7", "shadows a bound field: written by the generic path node=x v=4 step=7",
+        "held 2 node=b v=4 step=7", "held when an error ends the burst node=b v=4 step=7"]
+    assert bursts[0].line == line_of(LINE_WRITER, "held") and bursts[2].line == bursts[0].line + 3
+    assert [(r.hms, r.us) for r in bursts] == sorted((r.hms, r.us) for r in bursts)
