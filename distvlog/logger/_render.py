@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from .._json import json_line
 from ._clock import now_us
 
 FORMAT_VERSION = 1
@@ -27,8 +28,6 @@ META_EVENT = "distvlog-meta"
 # Header slots patched in place once the clock offset is measured: "<offset_us> <uncertainty_us> <ts_us>".
 CLOCK_SLOT_WIDTH = 64
 CLOCK_SLOTS = ("clock_start", "clock_end")
-
-_ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS
 
 
 def logfmt_value(value: Any) -> str:
@@ -109,12 +108,12 @@ class GlogRenderer:
 
 
 class JsonLinesRenderer:
-    """One JSON object per line with the same fields as the glog text."""
+    """One JSON object per line with the same fields as the glog text (NaN and Inf spelled out)."""
 
     suffix = ".jsonl"
 
     def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
-        return orjson.dumps(ed, option=_ORJSON_OPTS, default=str)
+        return json_line(ed)
 
     def header(self, meta: dict[str, Any]) -> bytes:
         return self(None, "info", _meta_record(meta))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._json import number
 from . import _header
 
 _PREFIX = re.compile(r"([IWEF])\d{4} [\d:.]{15} +(\S+) (.*?):(\d+)\] (?:\[rank \d+\] )?")
@@ -99,7 +100,7 @@ def from_glog(raw: bytes, ts: int, rank: int, path: Path | None = None) -> Recor
 
 
 def from_json(obj: dict[str, Any], ts: int, rank: int, path: Path | None = None) -> Record:
-    fields = {k: v for k, v in obj.items() if k not in CORE}
+    fields = {k: number(v) for k, v in obj.items() if k not in CORE}
     if obj.get("v") is not None:
         fields["v"] = obj["v"]
     event = obj.get("event")

@@ -12,8 +12,8 @@ import queue
 import threading
 
 import numpy as np
-import orjson
 
+from .._json import json_line
 from ._gather import take
 from ._header import MERGED_MARK
 from ._kway import Batch
@@ -102,6 +102,5 @@ class JsonWriter(Writer):
         for which, i in zip(batch.which.tolist(), batch.index.tolist()):
             block = batch.blocks[which]
             world = (block.source.meta or {}).get("world_size")
-            out.append(orjson.dumps(block.record(i).as_json(world), option=orjson.OPT_APPEND_NEWLINE,
-                                    default=str))
+            out.append(json_line(block.record(i).as_json(world)))
         return b"".join(out)

@@ -4,6 +4,7 @@ JSON lines with the same fields, the header and its metadata record, clock slots
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from logger_testkit import GLOG_PREFIX, line_of, read_jsonl
 
 from distvlog.logger._render import CLOCK_SLOT_WIDTH, GlogRenderer, clock_slot, logfmt_value
+from distvlog.tools._record import from_json
 
 CALLSITES = '''
 import threading, time
@@ -154,6 +156,17 @@ def test_json_lines_carry_the_same_fields(scripts, how):
         assert set(rec) == set(want) | set(common) | {"ts", "tid"}
         assert {k: rec[k] for k in want} == want and {k: rec[k] for k in common} == common
         assert abs(rec["ts"] - meta["created_us"]) < 60e6
+
+
+def test_json_lines_spell_nan_and_inf(scripts):
+    """JSON has no NaN or Inf: spelled as strings (orjson's null would hide them), read back as floats."""
+    code = ("import numpy as np\nimport distvlog.logger as dlog\n"
+            "dlog.get_logger().info('stats', norm=float('nan'), max=np.float32('inf'), min=-np.inf, mean=0.5, none=None)\n")
+    _, records = read_jsonl(scripts.run(code, env={"DISTVLOG_FORMAT": "jsonl"}).only_file())
+    fields = {k: records[0][k] for k in ("norm", "max", "min", "mean", "none")}
+    assert fields == {"norm": "NaN", "max": "Infinity", "min": "-Infinity", "mean": 0.5, "none": None}
+    back = from_json(records[0], 0, 0).fields
+    assert math.isnan(back["norm"]) and (back["max"], back["min"], back["none"]) == (math.inf, -math.inf, None)
 
 
 def test_glog_text_of_the_same_records(scripts):

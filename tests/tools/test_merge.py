@@ -94,6 +94,7 @@ def test_json_lines_output(tmp_path, cli, jsonl_run):
         expected_tags(2, 20))
     plain = next(o for o in objs if o["event"].startswith("plain"))
     assert plain["v"] == 4 and plain["world_size"] == 2 and isinstance(plain["step"], int)
+    assert {o["norm"] for o in objs if o["event"].startswith("warn")} == {"-Infinity"}  # not null
 
 
 @pytest.mark.parametrize("args, keep", [

@@ -26,7 +26,7 @@ def work(t):
         if i % 5 == 0:
             log.info(f"multi {tag}\n  second line of {tag}\n  third line of {tag}", step=i)
         elif i % 13 == 0:
-            log.warning(f"warn {tag}", node=f"mul{i % 3}GradNode")
+            log.warning(f"warn {tag}", node=f"mul{i % 3}GradNode", norm=float("-inf"))
         else:
             log.vlog(4, f"plain {tag}", node=f"add{i % 4}GradNode", step=i)
 threads = [threading.Thread(target=work, args=(t,)) for t in range(3)]
