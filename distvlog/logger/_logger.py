@@ -101,8 +101,9 @@ class LineWriter:
     and a record skips the generic steps: a quarter of the instructions. Inside `with writer.burst():`,
     records keep their time and call site but are rendered and written together at the end, so the
     rendering code runs once per burst while it is warm, not once per record between numpy passes (which
-    leave the CPU's caches cold: that doubles a record's cost). When a field would shadow another or set one
-    of the record's own (`ts`, `file`...), or the chain is not distvlog's, each record is that very call."""
+    leave the CPU's caches cold: a record costs two to three times as much). When a field would shadow
+    another or set one of the record's own (`ts`, `file`...), or the chain is not distvlog's, each record is
+    that very call."""
 
     __slots__ = ("_logger", "level", "_context", "_fast", "_heads", "_ctx", "_queue")
 
