@@ -130,6 +130,7 @@ class NodeLog:
         with self.log.burst() as log:
             if self.level >= 4:  # (texts of levels above the node's are not even built)
                 log(4, f"{node!r} begin run")
+            if self.level >= 5:
                 log(5, f"{node!r} has {sum(e is not None for e in node.edges)} out edges to run")
             log(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}")
             log(3, f"{{ Input: {self._inputs(grad)}}} ")

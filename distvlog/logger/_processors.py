@@ -19,7 +19,7 @@ CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("distvl
 # Frames of the logger itself, between the caller and the processors, by id: hashing a code object hashes
 # its constants, nested functions' code included, on every look-up. The dict holds the codes: ids stay theirs.
 _SKIP_CODES: dict[int, CodeType] = {}
-_sites: dict[tuple[int, int], tuple[CodeType, str, int]] = {}  # (code, instruction) -> file, line
+_sites: dict[tuple[int, int], tuple[CodeType, str, int]] = {}  # (id(code), instruction) -> code, file, line
 
 
 class _ThreadId(threading.local):
