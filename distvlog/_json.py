@@ -1,6 +1,7 @@
-"""JSON lines for records, by the logger and the tools alike: NaN and ±Inf fields are spelled "NaN",
-"Infinity" and "-Infinity" (as protobuf's JSON mapping does). JSON has no such numbers and orjson writes
-them as null, which would hide the very values a gradient debugger exists to show."""
+"""JSON for records, by the logger and the tools alike: NaN and ±Inf fields are spelled "NaN", "Infinity"
+and "-Infinity" (as protobuf's JSON mapping does). JSON has no such numbers and orjson writes them as null,
+which would hide the very values a gradient debugger exists to show. Top-level fields only: the ones
+records have (a NaN inside a list field is still null)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,23 @@ _NUMBERS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 def json_line(record: dict[str, Any]) -> bytes:
     """One record as a JSON line (values orjson cannot encode are written as their str())."""
     line = orjson.dumps(record, option=_OPTIONS, default=str)
-    if b"null" in line:  # maybe a NaN or Inf field: spelled out (top-level fields, the ones records have)
-        line = orjson.dumps({k: _spelled(v) for k, v in record.items()}, option=_OPTIONS, default=str)
+    if b"null" in line:  # maybe a NaN or Inf field (or a None, or "null" in a text: then the line stands)
+        fields = spelled(record)
+        if fields is not record:
+            line = orjson.dumps(fields, option=_OPTIONS, default=str)
     return line
 
 
-def _spelled(value: Any) -> Any:
-    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
-        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
-    return value
+def spelled(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with NaN and Inf values spelled out; the same dict when it has none."""
+    if not any(_non_finite(v) for v in fields.values()):
+        return fields
+    return {k: ("NaN" if v != v else "Infinity" if v > 0 else "-Infinity") if _non_finite(v) else v
+            for k, v in fields.items()}
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, (float, np.floating)) and not math.isfinite(value)
 
 
 def number(value: Any) -> Any:

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 
 from .._errors import InputError
+from .._json import spelled
 from ._slices import KINDS, WANTED, Slice, SliceBuilder
 from .merge import add_input_arguments, open_inputs
 from .reader import read_records
@@ -74,7 +75,7 @@ def trace_events(slices: list[Slice], hosts: dict[int, str]) -> list[dict]:
             events.append({"ph": "M", "name": "thread_name", "pid": s.rank, "tid": tids[key], "args": {"name": name}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": s.rank, "tid": tids[key],
                            "args": {"sort_index": len(tids)}})
-        event = {"name": s.name, "cat": s.kind, "ts": s.start, "pid": s.rank, "tid": tids[key], "args": s.args}
+        event = {"name": s.name, "cat": s.kind, "ts": s.start, "pid": s.rank, "tid": tids[key], "args": spelled(s.args)}
         if s.end is None:
             event.update(ph="i", s="t")
         else:

@@ -17,10 +17,10 @@ def engine_log(rank: int, crash: bool = False) -> str:
         (T0 + 0, "I backward begin pass=1 step=7 v=3"),
         (T0 + 10, f"I {node}(0x7f3a01) begin run node={node} pass=1 v=4"),
         (T0 + 15, "I allreduce begin step=7 bucket=0 bytes=4096 v=1"),
-        (T0 + 20, f"I grad_stats node={node} slot=x tensor=x@Grad shape=2x3 dtype=float32 norm=1.5 min=-1 max=1 "
-                  "mean=0.1 nan=0 inf=0 checksum=0a0b0c0d step=7 v=5"),
+        (T0 + 20, f"I grad_stats node={node} slot=x tensor=x@Grad shape=2x3 dtype=float32 norm=1.5 min=-1 max=inf "
+                  "mean=nan nan=0 inf=1 checksum=0a0b0c0d step=7 v=5"),
         (T0 + 30, f"I  node={node} pass=1 v=3\n=====Finish_AD_API_GRAD: multiply_grad====="),
-        (T0 + 40, "W grad norm is large step=7"),
+        (T0 + 40, "W grad norm is large step=7 norm=nan"),
         (T0 + 50, "I backward end pass=1 v=3"),
         (T0 + 60, "I allreduce end step=7 bucket=0 v=1"),
     ]
@@ -67,10 +67,12 @@ def test_slices_for_nodes_passes_and_buckets_with_args(tmp_path, cli):
     node, backward, bucket, warn = rank0["node"], rank0["backward"], rank0["allreduce"], rank0["warning"]
     assert (node["name"], node["ts"], node["dur"]) == ("multiply1GradNode", T0 + 10, 20)
     assert node["args"]["grad_stats"][0]["norm"] == 1.5 and node["args"]["api"] == "multiply_grad"
+    assert (node["args"]["grad_stats"][0]["max"], node["args"]["grad_stats"][0]["mean"]) == ("Infinity", "NaN")
     assert (backward["ts"], backward["dur"], backward["args"]["step"]) == (T0, 50, 7)
     assert (bucket["ts"], bucket["dur"], bucket["args"]["bucket"]) == (T0 + 15, 45, 0)
     assert bucket["tid"] != backward["tid"]  # it overlaps the pass's end: its own track of that thread
     assert warn["ph"] == "i" and warn["ts"] == T0 + 40 and warn["args"]["step"] == 7
+    assert warn["args"]["norm"] == "NaN"  # JSON has no NaN: spelled out, not null
 
 
 def test_a_run_left_open_by_a_crash_ends_at_the_ranks_last_record(tmp_path, cli):
