@@ -11,7 +11,8 @@ class InputError(Exception):
 
 def refuse_unsupported(api: str, **given: Any) -> None:
     """Paddle arguments accepted for the signature but not implemented: an error naming the first one that is
-    not at its default (falsy), never silently ignored (it would train a different model)."""
+    not at its default, never silently ignored (it would train a different model). The caller passes None or
+    False for an argument at its default, else the value to name (0 is a value: `axis=0`)."""
     for arg, value in given.items():
-        if value:
+        if value is not None and value is not False:
             raise NotImplementedError(f"{api}: {arg}={value!r} is not supported by distvlog")

@@ -194,3 +194,24 @@ def test_clear_gradients_and_repr() -> None:
     assert repr(model) == ("Sequential(\n  (0): Linear(in_features=2, out_features=3, dtype=float32)\n"
                            "  (1): Dropout(p=0.1)\n)")
     assert nn.Module is nn.Layer
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda x: nn.Dropout(axis=0), "Dropout: axis=0"),
+    (lambda x: F.dropout(x, axis=0), "dropout: axis=0"),
+    (lambda x: nn.Dropout(mode="downscale_in_infer"), "Dropout: mode='downscale_in_infer'"),
+    (lambda x: F.cross_entropy(x, dv.to_tensor(np.zeros((2, 3), "int64")), axis=0), "cross_entropy: axis=0"),
+    (lambda x: F.cross_entropy(x, dv.to_tensor(np.zeros(2, "int64")), label_smoothing=0.1),
+     "cross_entropy: label_smoothing=0.1"),
+])
+def test_paddle_arguments_we_do_not_implement_are_refused_not_ignored(call, named):
+    """An argument away from its default, even a falsy one like axis=0, is an error naming it."""
+    with pytest.raises(NotImplementedError, match=re.escape(named)):
+        call(dv.to_tensor(np.ones((2, 3), "float32")))
+
+
+def test_arguments_at_their_defaults_are_accepted():
+    x = dv.to_tensor(np.ones((2, 3), "float32"))
+    nn.Dropout(axis=None, mode="upscale_in_train")
+    F.cross_entropy(x, dv.to_tensor(np.zeros(2, "int64")), axis=1, label_smoothing=0.0)
+    dv.optim.Adam(parameters=[dv.to_tensor(np.ones(2, "float32"))], lazy_mode=False)

@@ -133,7 +133,7 @@ def cross_entropy(input: Tensor, label: Tensor, weight: Tensor | None = None, ig
     """Softmax cross-entropy with integer labels over the last axis, fused and numerically stable."""
     refuse_unsupported("cross_entropy", weight=weight is not None and "a tensor", soft_label=soft_label,
                  axis=axis not in (-1, input.ndim - 1) and axis, use_softmax=not use_softmax and "False",
-                 label_smoothing=label_smoothing)
+                 label_smoothing=label_smoothing != 0 and label_smoothing)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     return _named(apply(_n.CROSS_ENTROPY, (input, label), {"ignore_index": ignore_index, "reduction": reduction}),
