@@ -89,7 +89,7 @@ class NodeLog:
         self.node, self.level = node, level
         self.log = LineWriter(_log, level, node=node.name, **{"pass": pass_id})
         self.api = node.name if isinstance(node, AccumulationNode) else node.op.grad_name
-        self._stats = stats  # the pass's: id(gradient) -> (gradient, its grad_stats), computed once a pass
+        self._stats = stats  # the pass's: id(gradient) -> (gradient, its grad_stats), from producer to consumer
         self._inputs_text = ""
 
     def stats(self, grad: np.ndarray) -> dict[str, Any]:
@@ -155,6 +155,8 @@ class NodeLog:
         outs = [f" ( {slot} , {self._tensor(node.input_name(i) + '@Grad', g, node.edges[i])})" for i, slot, g in grads]
         dump = f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } "
         stats = [self.stats(grad)] + [self.stats(g) for _, _, g in grads] if self.level >= 5 else ()
+        if stats and all(g is not grad for _, _, g in grads):
+            del self._stats[id(grad)]  # arrived and not passed on: the pass need not hold this gradient any more
         with self.log.burst() as log:
             if not isinstance(node, AccumulationNode):
                 log(3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}")

@@ -272,6 +272,24 @@ def test_gradient_statistics_at_level_5_are_structured(records):
     assert (bad["nan"], bad["inf"]) == (1, 1)
 
 
+def test_level_5_statistics_hold_a_gradient_only_until_the_node_it_reaches_has_run(records):
+    """The pass keeps an outgoing gradient's statistics for the node it flows to (computed once), not the
+    gradient itself for the rest of backward."""
+    import weakref
+
+    x = leaf(4, 3)
+    with dv.backward_vlog_guard(5):
+        a = dv.tanh(x)
+        b = dv.tanh(a)
+    seen = {}
+    a.register_hook(lambda g: seen.setdefault("into a", weakref.ref(g._data)) and None)
+    x.register_post_accumulate_grad_hook(lambda t: seen.setdefault("alive at the leaf", seen["into a"]() is not None))
+    b.sum().backward()
+    assert seen["alive at the leaf"] is False
+    grad_outs = [r for r in records if r["event"] == "grad_stats" and r.get("node") == a.grad_fn.name]
+    assert grad_outs and all(r["norm"] > 0 for r in grad_outs)
+
+
 def test_vlog_guard_shows_forward_op_lines(records):
     x = leaf(2)
     x * 2
