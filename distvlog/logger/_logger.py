@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import traceback
 from typing import Any, Callable
 
@@ -141,10 +142,12 @@ class LineWriter:
             self._queue.append(record)
 
     def burst(self) -> LineWriter:
-        """`with writer.burst():` holds the records written inside and writes them together at the end.
-        (Bursts do not nest: an inner one ends the outer one; the order of the records is kept.)"""
+        """`with writer.burst():` holds the records written inside and writes them together at the end; a
+        SIGTERM/SIGINT arriving meanwhile is handled at the end, after the write. (Bursts do not nest: an inner
+        one ends the outer one; the order of the records is kept.)"""
         self._release()
         self._queue = []
+        SINK.bursting.add(threading.get_ident())
         return self
 
     def __enter__(self) -> LineWriter:
@@ -153,6 +156,7 @@ class LineWriter:
     def __exit__(self, *exc: object) -> None:
         self._release()
         self._queue = None
+        SINK.end_burst()  # (a signal that arrived meanwhile is handled now, the burst's records written)
 
     def _release(self) -> None:
         if self._queue:

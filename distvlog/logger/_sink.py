@@ -16,7 +16,6 @@ from . import _env, _render, _rundir
 from ._identity import IDENTITY
 
 
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -38,6 +37,7 @@ class RankFile:
         self._reset()
         self._clock: dict[str, str] = {}  # header clock slots measured so far (kept by a forked child)
         self._deferred_signal: tuple | None = None
+        self.bursting: set[int] = set()  # threads holding a burst of rendered records (see flush_for_signal)
         os.register_at_fork(before=self._before_fork, after_in_parent=self._lock_release,
                             after_in_child=self._after_fork_child)
 
@@ -165,12 +165,19 @@ class RankFile:
 
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
     # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.
+    # A burst (`LineWriter.burst`) holds its records until it ends, within microseconds: a signal that
+    # interrupts one waits for it, so the lines already made are not lost with the process.
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
-        if self._lock._is_owned():  # the main thread was inside a flush (or the open): finish that first
+        if self._lock._is_owned() or threading.get_ident() in self.bursting:  # (handlers run in the main thread)
             self._deferred_signal = (signum, frame, chain)
             return
         self.flush()
         chain(signum, frame)
+
+    def end_burst(self) -> None:
+        self.bursting.discard(threading.get_ident())
+        if self._deferred_signal:
+            self._redeliver()
 
     def _redeliver(self) -> None:
         """Run the deferred handler once the lock is free: in the main thread, where it was deferred and
