@@ -1,7 +1,6 @@
-"""JSON for records, by the logger and the tools alike: NaN and ±Inf fields are spelled "NaN", "Infinity"
-and "-Infinity" (as protobuf's JSON mapping does). JSON has no such numbers and orjson writes them as null,
-which would hide the very values a gradient debugger exists to show. Top-level fields only: the ones
-records have (a NaN inside a list field is still null)."""
+"""JSON for records, reports and traces, by the logger and the tools alike: NaN and ±Inf are spelled "NaN",
+"Infinity" and "-Infinity" (as protobuf's JSON mapping does), at any depth. JSON has no such numbers and
+orjson writes them as null, which would hide the very values a gradient debugger exists to show."""
 
 from __future__ import annotations
 
@@ -11,30 +10,40 @@ from typing import Any
 import numpy as np
 import orjson
 
-_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 _NUMBERS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
+def dumps(value: Any, option: int = 0) -> bytes:
+    """`value` as JSON (what orjson cannot encode is written as its str()); `option`: more orjson options."""
+    data = orjson.dumps(value, option=_OPTIONS | option, default=str)
+    if b"null" in data:  # maybe a NaN or Inf (or a None, or "null" in a text: then the JSON stands)
+        fixed = spelled(value)
+        if fixed is not value:
+            data = orjson.dumps(fixed, option=_OPTIONS | option, default=str)
+    return data
+
+
 def json_line(record: dict[str, Any]) -> bytes:
-    """One record as a JSON line (values orjson cannot encode are written as their str())."""
-    line = orjson.dumps(record, option=_OPTIONS, default=str)
-    if b"null" in line:  # maybe a NaN or Inf field (or a None, or "null" in a text: then the line stands)
-        fields = spelled(record)
-        if fields is not record:
-            line = orjson.dumps(fields, option=_OPTIONS, default=str)
-    return line
+    """One record as a JSON line."""
+    return dumps(record, orjson.OPT_APPEND_NEWLINE)
 
 
-def spelled(fields: dict[str, Any]) -> dict[str, Any]:
-    """`fields` with NaN and Inf values spelled out; the same dict when it has none."""
-    if not any(_non_finite(v) for v in fields.values()):
-        return fields
-    return {k: ("NaN" if v != v else "Infinity" if v > 0 else "-Infinity") if _non_finite(v) else v
-            for k, v in fields.items()}
-
-
-def _non_finite(value: Any) -> bool:
-    return isinstance(value, (float, np.floating)) and not math.isfinite(value)
+def spelled(value: Any) -> Any:
+    """`value` with NaN and Inf spelled out inside dicts, lists, tuples and numpy arrays; `value` itself (the
+    same object) when it has none."""
+    kind = type(value)
+    if kind is float or isinstance(value, np.floating):
+        return value if math.isfinite(value) else "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    if kind is dict:
+        items = {k: spelled(v) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if kind is list or kind is tuple:
+        items = [spelled(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
+        return spelled(value.tolist())
+    return value
 
 
 def number(value: Any) -> Any:

@@ -13,9 +13,8 @@ import time
 from typing import Any
 
 import numpy as np
-import orjson
 
-from .._json import json_line
+from .._json import dumps, json_line
 from ._clock import now_us
 
 FORMAT_VERSION = 1
@@ -39,7 +38,7 @@ def logfmt_value(value: Any) -> str:
         return str(value)
     else:
         text = str(value) if isinstance(value, (int, float, np.generic)) else (
-            orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=str).decode())
+            dumps(value).decode())
     return json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else text
 
 

@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._json import spelled
 from ._record import Record
 
 _BEGIN_RUN = re.compile(r"(\w+)\(0x[0-9a-fA-F]+\) begin run")
@@ -107,7 +106,7 @@ class SliceBuilder:
         node = str(rec.fields.get("node", ""))
         run = self._last_run.get((rec.rank, node))
         if run is not None:
-            run.args.setdefault("grad_stats", []).append(spelled(stats))  # (a list in args: spelled here)
+            run.args.setdefault("grad_stats", []).append(stats)
         else:
             self.out.append(Slice("grad_stats", f"grad_stats {node}".strip(), rec.rank, rec.tid, rec.ts,
                                   args=_args(rec)))

@@ -16,7 +16,6 @@ Exit 0 when clean, 1 when something is found, 2 on unusable input.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import statistics
@@ -25,7 +24,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .._errors import InputError
+from .._json import dumps
 from ..dist.comm import ranks_text
 from .reader import open_sources, read_records
 
@@ -267,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--outlier-factor {args.outlier_factor}: must be greater than 1")
     report = analyse(load(args.paths), args.outlier_factor)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=1) + "\n")
+        sys.stdout.write(dumps(report, orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(render_text(report))
     return 0 if report["clean"] else 1

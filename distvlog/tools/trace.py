@@ -13,10 +13,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import orjson
-
 from .._errors import InputError
-from .._json import spelled
+from .._json import dumps
 from ._slices import KINDS, WANTED, Slice, SliceBuilder
 from .merge import add_input_arguments, open_inputs
 from .reader import read_records
@@ -75,7 +73,7 @@ def trace_events(slices: list[Slice], hosts: dict[int, str]) -> list[dict]:
             events.append({"ph": "M", "name": "thread_name", "pid": s.rank, "tid": tids[key], "args": {"name": name}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": s.rank, "tid": tids[key],
                            "args": {"sort_index": len(tids)}})
-        event = {"name": s.name, "cat": s.kind, "ts": s.start, "pid": s.rank, "tid": tids[key], "args": spelled(s.args)}
+        event = {"name": s.name, "cat": s.kind, "ts": s.start, "pid": s.rank, "tid": tids[key], "args": s.args}
         if s.end is None:
             event.update(ph="i", s="t")
         else:
@@ -104,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     doc = {"traceEvents": events, "displayTimeUnit": "ms",
            "otherData": {"generator": "distvlog trace", "dropped": dict(dropped)}}
     try:
-        Path(args.output).write_bytes(orjson.dumps(doc, default=str))
+        Path(args.output).write_bytes(dumps(doc))
     except OSError as exc:
         raise InputError(f"-o {args.output}: cannot write ({exc.strerror})") from None
     kinds = Counter(s.kind for s in slices)

@@ -161,10 +161,12 @@ def test_json_lines_carry_the_same_fields(scripts, how):
 def test_json_lines_spell_nan_and_inf(scripts):
     """JSON has no NaN or Inf: spelled as strings (orjson's null would hide them), read back as floats."""
     code = ("import numpy as np\nimport distvlog.logger as dlog\n"
-            "dlog.get_logger().info('stats', norm=float('nan'), max=np.float32('inf'), min=-np.inf, mean=0.5, none=None)\n")
+            "dlog.get_logger().info('stats', norm=float('nan'), max=np.float32('inf'), min=-np.inf, mean=0.5, none=None,\n"
+            "                       losses=[0.5, float('nan')], hist=np.array([[1, -np.inf]]), per={'a': (np.inf,)})\n")
     _, records = read_jsonl(scripts.run(code, env={"DISTVLOG_FORMAT": "jsonl"}).only_file())
-    fields = {k: records[0][k] for k in ("norm", "max", "min", "mean", "none")}
-    assert fields == {"norm": "NaN", "max": "Infinity", "min": "-Infinity", "mean": 0.5, "none": None}
+    fields = {k: records[0][k] for k in ("norm", "max", "min", "mean", "none", "losses", "hist", "per")}
+    assert fields == {"norm": "NaN", "max": "Infinity", "min": "-Infinity", "mean": 0.5, "none": None,
+                      "losses": [0.5, "NaN"], "hist": [[1.0, "-Infinity"]], "per": {"a": ["Infinity"]}}  # at any depth
     back = from_json(records[0], 0, 0).fields
     assert math.isnan(back["norm"]) and (back["max"], back["min"], back["none"]) == (math.inf, -math.inf, None)
 
@@ -176,6 +178,12 @@ def test_glog_text_of_the_same_records(scripts):
         ("W", line_of(FIELDS, "multi"), "two node=mul1GradNode\nlines"),
         ("I", line_of(FIELDS, "vlog"), "verbose v=1 step=2"),
     ]
+
+
+def test_glog_fields_with_lists_and_dicts(scripts):
+    """Containers are JSON in the text too: NaN spelled out inside them, and a dict with int keys is fine."""
+    code = "import distvlog.logger as dlog\ndlog.get_logger().info('losses', losses=[0.5, float('nan')], by={1: 2.0})\n"
+    assert scripts.run(code).records()[0].text == r'losses losses="[0.5,\"NaN\"]" by="{\"1\":2.0}"'
 
 
 HEADER = '''
