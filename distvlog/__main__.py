@@ -1,1 +1,1 @@
-from distvlog.cli import main; raise SystemExit(main())
+from distvlog.cli import command; raise SystemExit(command())

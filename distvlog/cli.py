@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from ._errors import InputError
+from .logger._sink import SINK
 
 COMMAND_MODULES = ("distvlog.dist.launch", "distvlog.tools.merge", "distvlog.tools.trace", "distvlog.tools.diff")
 
@@ -48,5 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def command() -> int:
+    """The `distvlog` executable. The tools' own process writes no log file: its records are no rank's."""
+    SINK.discard()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())

@@ -132,6 +132,13 @@ class RankFile:
         for callback in self.on_open:
             callback(self)
 
+    def discard(self) -> None:
+        """Write records nowhere, open no file: for a process whose records are no rank's (the `distvlog`
+        tools, whose crash must not start a run in the user's log directory and move `latest`)."""
+        with self._lock:
+            if self._fd < 0:
+                self._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+
     def _log_to_stderr(self, where: object, reason: str) -> None:
         """As glog does when it cannot create its file: say so once, then write every record to stderr (once,
         as it comes), so a bad log directory never stops the job."""

@@ -209,3 +209,24 @@ def test_a_concurrent_job_with_the_same_run_id_gets_its_own_run(scripts):
         finish(first)
     assert [p.name for p in (scripts.log_dir / "same").iterdir()] == ["rank-0.log"]
     assert len(read_glog(scripts.log_dir / "same.1" / "rank-0.log").records) == 5
+
+
+CRASHING_TOOL = '''
+import sys
+import distvlog.tools.merge as merge
+from distvlog.cli import command
+def run(args):
+    raise RuntimeError("a bug in the tool")
+merge.run = run
+sys.argv = ["distvlog", "merge", "anything"]
+sys.exit(command())
+'''
+
+
+def test_the_distvlog_tools_write_no_log_file_even_when_they_crash(scripts):
+    """Their records are no rank's: a crash must not start a run in the user's log directory (and move
+    `latest` away from the run the user is reading)."""
+    run = scripts.run(CRASHING_TOOL, rc=1)
+    assert "RuntimeError: a bug in the tool" in run.proc.stderr  # Python's traceback, once
+    assert run.proc.stderr.count("Traceback") == 1
+    assert not scripts.log_dir.exists() and not (scripts.tmp / "distvlog_logs").exists()
