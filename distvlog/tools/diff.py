@@ -108,24 +108,27 @@ def load(paths: list[str]) -> Logs:
 
 # -- the checks ----------------------------------------------------------------------------------------
 def nan_origins(logs: Logs) -> list[dict]:
-    """Per rank, the first logged node that turned finite gradients into NaN/Inf (or, when none did in the
-    logged region, the first non-finite gradient seen), earliest first."""
+    """Per rank, where each stretch of steps with non-finite gradients starts, earliest first: the first
+    non-finite gradient wins, as everything after it on that rank may be its consequence; a step whose
+    gradients are all finite ends the stretch, so a later, unrelated NaN on the same rank is reported too."""
     found = []
     for stats in logs.stats.values():
         incoming: dict[int, bool] = {}  # run -> its grad_out was finite
-        first_bad = None
+        first_bad: dict[int, dict] = {}  # step -> its first non-finite gradient
+        steps: dict[int, None] = {}  # the rank's steps, in order
         for s in stats:
+            steps[s.step] = None
             if s.slot == "grad_out":
                 incoming[s.run] = s.finite
-            if s.finite:
-                continue
-            if s.slot != "grad_out" and incoming.get(s.run, False):
-                found.append(_origin(s, "origin"))
-                break
-            first_bad = first_bad or s
-        else:
-            if first_bad is not None:
-                found.append(_origin(first_bad, "first seen"))
+            if not s.finite and s.step not in first_bad:
+                # an origin turned finite gradients into NaN/Inf; else it came from outside the logged region
+                first_bad[s.step] = _origin(s, "origin" if s.slot != "grad_out" and incoming.get(s.run, False)
+                                            else "first seen")
+        previous_bad = False
+        for step in steps:
+            if step in first_bad and not previous_bad:
+                found.append(first_bad[step])
+            previous_bad = step in first_bad
     return sorted(found, key=lambda o: (o["step"], o["ts"]))
 
 

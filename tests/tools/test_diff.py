@@ -19,12 +19,13 @@ TRAIN = REPO / "launch" / "train.py"
 POISON_LINE = next(i for i, line in enumerate(TRAIN.read_text().splitlines(), 1) if "** 0.5" in line)
 
 
-def launch(tmp_path: Path, n: int, *args: str) -> Path:
+def launch(tmp_path: Path, n: int, *args: str, script: Path = TRAIN, fails: bool = False) -> Path:
+    """The run directory of `distvlog launch -n N SCRIPT ARGS` (which must fail when `fails`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
     env.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp_path / "logs"))
-    proc = subprocess.run([sys.executable, "-m", "distvlog", "launch", "-n", str(n), str(TRAIN), *args], env=env,
+    proc = subprocess.run([sys.executable, "-m", "distvlog", "launch", "-n", str(n), str(script), *args], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr
+    assert (proc.returncode != 0) == fails, proc.stderr
     return Path(re.search(r"distvlog launch: logs: (\S+)/ \(", proc.stderr).group(1))
 
 

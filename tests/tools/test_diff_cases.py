@@ -1,0 +1,90 @@
+"""`distvlog diff` on real runs that go wrong in one way each (SCENARIO, launched on 2 or 4 ranks), and on
+small hand-written logs for the wording of its findings."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from test_diff import backward, launch, stat, write_logs
+
+from distvlog.cli import main
+
+# python scenario.py MODE [GUARD_LEVEL]: rank 1 misbehaves at step BAD.
+SCENARIO = r'''
+import sys
+import numpy as np
+import distvlog as dv
+import distvlog.nn.functional as F
+
+mode, level = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 5
+STEPS, BAD = 4, 1
+dv.init()
+dv.set_vlog_level({"parallel": 1})
+rank = dv.get_rank()
+
+
+class Net(dv.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = dv.nn.Linear(8, 16), dv.nn.Linear(16, 4)
+
+    def forward(self, x, step):
+        bad = rank == 1 and step == BAD
+        with dv.backward_vlog_guard(level):
+            h = F.relu(self.fc1(x))
+            if mode == "skip" and not bad:  # rank 1 skips one op once: its op counters differ from then on
+                h = h * 1.0
+            if mode == "skipnan":  # rank 1 step 3: the square root's gradient at 0 is Inf
+                h = h + 1e-3 * (h - h + dv.to_tensor(np.float32(rank != 1 or step != 3))) ** 0.5
+            return self.fc2(h)
+
+
+dv.seed(0)
+net = Net()
+model = net if mode == "nodp" else dv.DataParallel(net)
+opt = dv.optim.SGD(learning_rate=0.01, parameters=model.parameters())
+rng = np.random.default_rng(rank)
+for step in range(STEPS):
+    x = rng.normal(size=(4, 8)).astype("float32")
+    if mode == "skipnan" and rank == 1 and step == BAD:
+        x[0, 0] = np.nan
+    if mode == "nodp" and rank == 1 and step == BAD:  # an unlogged backward, e.g. a gradient-norm probe
+        dv.grad((net.fc2.weight * net.fc2.weight).sum(), [net.fc2.weight])
+    loss = F.cross_entropy(model(dv.to_tensor(x), step), dv.to_tensor(rng.integers(0, 4, 4)))
+    loss.backward()
+    if mode == "gradmod" and rank == 1 and step == BAD:
+        model.parameters()[0].grad._data[...] += 1.0
+    if all(np.isfinite(p.grad.numpy()).all() for p in model.parameters() if p.grad is not None):
+        opt.step()  # skipped on every rank when a gradient is not finite, as AMP's GradScaler does
+    opt.clear_grad()
+if mode == "gradmod":
+    model.check_parameters()
+dv.finalize()
+'''
+
+
+def scenario(tmp_path: Path, n: int, *args: str, fails: bool = False) -> str:
+    """The run directory of SCENARIO ARGS on n ranks."""
+    script = tmp_path / "scenario.py"
+    script.write_text(SCENARIO)
+    return str(launch(tmp_path, n, *args, script=script, fails=fails))
+
+
+def diff(cli_args: list[str], capsys) -> tuple[int, str]:
+    code = main(["diff", *cli_args])
+    return code, capsys.readouterr().out
+
+
+def test_an_earlier_nan_on_a_rank_is_not_hidden_by_a_later_origin_there(tmp_path, capsys):
+    run_dir = scenario(tmp_path, 2, "skipnan")
+    code, out = diff([run_dir], capsys)
+    assert code == 1
+    assert re.search(r"^NaN/Inf first seen: rank 1 step 1 linear\d+GradNode grad_out .*: 4 NaN, 0 Inf", out, re.M), out
+    # the step-1 NaN never reached the parameters (the optimizer skipped that step): step 3 is a new origin
+    assert re.search(r"^  then NaN/Inf origin: rank 1 step 3 pow\d+GradNode grad_x .*: 0 NaN, \d+ Inf$", out, re.M), out
+    code, out = diff(["--json", run_dir], capsys)
+    first = json.loads(out)["nan_origin"]
+    assert (first["kind"], first["rank"], first["step"]) == ("first seen", 1, 1)
