@@ -10,7 +10,8 @@ and reports, in order of usefulness:
 - collectives: allreduces whose result differs across ranks, or that some rank began and never finished;
 - outliers: a rank whose gradient norm is more than `--outlier-factor` times off the ranks' median.
 
-Exit 0 when clean, 1 when something is found, 2 on unusable input.
+Exit 0 when nothing is found (the report names any check the logs could not support), 1 when something is
+found, 2 on unusable input (also: logs on which no check can run).
 """
 
 from __future__ import annotations
@@ -221,13 +222,24 @@ def outliers(logs: Logs, factor: float) -> list[dict]:
 
 
 # -- the report ----------------------------------------------------------------------------------------
+def not_checked(logs: Logs) -> list[dict]:
+    """The checks these logs cannot support, and why: finding nothing there does not mean clean."""
+    if logs.stats:
+        return []
+    return [{"checks": ["NaN/Inf origins", "desync", "outliers"],
+             "why": "no grad_stats records (the backward writes them at verbosity >= 5: backward_vlog_guard(5) "
+                    "or DISTVLOG_V=5)"}]
+
+
 def analyse(logs: Logs, factor: float) -> dict:
+    """All checks; `found` when any reports something, `clean` only when nothing is found and all could run."""
     origins = nan_origins(logs)
     report = {"ranks": sorted(logs.ranks), "steps_from": logs.step_source,
               "grad_stats": sum(len(s) for s in logs.stats.values()), "allreduces": len(logs.ended),
               "nan_origin": origins[0] if origins else None, "nan_origins": origins, "desync": desync(logs),
-              "collectives": collectives(logs), "outliers": outliers(logs, factor)}
-    report["clean"] = not (origins or report["desync"] or report["collectives"] or report["outliers"])
+              "collectives": collectives(logs), "outliers": outliers(logs, factor), "not_checked": not_checked(logs)}
+    report["found"] = bool(origins or report["desync"] or report["collectives"] or report["outliers"])
+    report["clean"] = not report["found"] and not report["not_checked"]
     return report
 
 
@@ -262,8 +274,9 @@ def render_text(r: dict) -> str:
                          f"{ranks_text(r for g in groups[1:] for r in g)} from {ranks_text(groups[0])}{params}")
     lines += _limited([f"outlier: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: norm "
                        f"{o['norm']:.4g}, median over ranks {o['median']:.4g}" for o in r["outliers"]])
-    if r["clean"]:
-        lines.append("no divergence found")
+    lines += [f"not checked: {', '.join(n['checks'])}: {n['why']}" for n in r["not_checked"]]
+    if not r["found"]:
+        lines.append("no divergence found" + ("" if r["clean"] else " by the checks that could run"))
     return "\n".join(lines) + "\n"
 
 
@@ -275,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(dumps(report, orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(render_text(report))
-    return 0 if report["clean"] else 1
+    return 1 if report["found"] else 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -88,3 +88,17 @@ def test_an_earlier_nan_on_a_rank_is_not_hidden_by_a_later_origin_there(tmp_path
     code, out = diff(["--json", run_dir], capsys)
     first = json.loads(out)["nan_origin"]
     assert (first["kind"], first["rank"], first["step"]) == ("first seen", 1, 1)
+
+
+def test_logs_without_gradient_statistics_say_what_was_not_checked(tmp_path, capsys):
+    run_dir = str(launch(tmp_path, 2, "--steps", "3", "--guard-level", "4", "--inject-nan-rank", "1",
+                         "--inject-nan-step", "1"))
+    code, out = diff([run_dir], capsys)
+    assert code == 0  # the allreduce results could be compared, and agree
+    assert ("not checked: NaN/Inf origins, desync, outliers: no grad_stats records (the backward writes them at "
+            "verbosity >= 5" in out), out
+    assert out.endswith("no divergence found by the checks that could run\n")
+    code, out = diff(["--json", run_dir], capsys)
+    report = json.loads(out)
+    assert (report["found"], report["clean"], report["not_checked"][0]["checks"]) == (
+        False, False, ["NaN/Inf origins", "desync", "outliers"])
