@@ -31,12 +31,10 @@ class Layout:
 def bracket_after_prefix(data: np.ndarray, n: int, starts: np.ndarray, variant: Variant,
                          newlines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For lines starting at `starts`: whether `] ` follows the prefix on the same line, and where."""
-    brackets = np.flatnonzero(data[:n] == ord("]"))
+    brackets = np.append(np.flatnonzero(data[:n] == ord("]")), n)  # n: past every line (the chunk may have none)
     line_end = newlines[np.searchsorted(newlines, starts)]
-    j = np.searchsorted(brackets, starts + variant.prefix_len)
-    found = j < len(brackets)
-    at = np.where(found, brackets[np.minimum(j, len(brackets) - 1)], line_end)
-    ok = found & (at < line_end) & (data[np.minimum(at + 1, n - 1)] == ord(" "))
+    at = brackets[np.searchsorted(brackets[:-1], starts + variant.prefix_len)]
+    ok = (at < line_end) & (data[np.minimum(at + 1, n - 1)] == ord(" "))
     return ok, at + 2
 
 

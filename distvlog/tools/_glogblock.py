@@ -31,6 +31,10 @@ class Parsed:
     counts: Counts
 
 
+class UnknownRank(Exception):
+    """A foreign record with no rank: no tag, no --rank-of, no rank in the file's name."""
+
+
 @dataclass
 class RankRule:
     """How a foreign file's records get their rank (see _foreign)."""
@@ -68,7 +72,7 @@ class GlogParser:
                 counts.header += 1
             else:
                 counts.skipped["not part of a record (before the first one)"] += 1
-        line_of_end = np.append(rec[1:], len(starts))
+        line_of_end = np.append(rec[1:], len(starts))[:len(rec)]  # none when no line starts a record
         bounds = np.append(starts, complete)
         carry_from = n if eof else (int(starts[rec[-1]]) if len(rec) else complete)
         if not eof and len(rec):
@@ -111,7 +115,7 @@ class GlogParser:
             fallback[fallback < 0] = -1 if rule.default is None else rule.default
         rank = np.where(lay.tag_rank >= 0, lay.tag_rank, fallback)
         if (rank < 0).any():
-            raise LookupError("no rank")
+            raise UnknownRank()
         return rank
 
 

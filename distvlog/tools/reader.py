@@ -26,7 +26,7 @@ from ._arena import SLOT_BYTES, Slot, plain_alloc
 from ._block import Block, Counts
 from ._files import InputFile, open_input, parse_rank_of, rank_given, resolve_inputs
 from ._foreign import _NCCL_RANK
-from ._glogblock import GlogParser, RankRule
+from ._glogblock import GlogParser, RankRule, UnknownRank
 from ._gather import restamp
 from ._glogscan import OURS, PAD, Calendar, detect_variant, line_starts
 from ._record import Record
@@ -97,7 +97,8 @@ class Source:
         lines = [data[s:e].tobytes().rstrip(b"\r\n") for s, e in zip(starts[:8], np.append(starts[1:9], n))]
         head = [line for line in lines if _header.is_header_line(line)]
         if variant is None:
-            if len(head) == len(lines):  # a glog header and nothing logged yet
+            whole = lines[:-1] if complete < n else lines
+            if all(_header.is_header_line(line) for line in whole):  # nothing logged yet, or cut short
                 variant = OURS
             else:
                 raise InputError(f"{self.path}: not a glog or JSON-lines log (no line starts a record)")
@@ -161,7 +162,7 @@ class Source:
         n = self._fill(slot.view, len(carry), size)
         try:
             block = self._parse(slot, n, alloc)
-        except LookupError:
+        except UnknownRank:
             slot.release()
             raise InputError(f"{self.path}: cannot tell which rank wrote some records (no distvlog header, "
                              f"no [rank R] tag); pass --rank-of {self.path}=R") from None

@@ -149,6 +149,26 @@ def test_garbage_and_a_truncated_last_record_are_counted_not_lost(tmp_path):
     assert counts.lines + counts.header + sum(counts.skipped.values()) == text.count("\n") + 1
 
 
+@pytest.mark.parametrize("cut", [20, 100, 300, 400])  # in glog's header lines, then in the distvlog-meta line
+def test_a_file_cut_short_inside_its_header_has_no_records_and_no_crash(tmp_path, glog_run, cut):
+    data = (glog_run / "rank-1.log").read_bytes()[:cut]
+    (tmp_path / "rank-1.log").write_bytes(data)
+    sources = open_sources([str(tmp_path)])
+    assert list(read_records(sources)) == []
+    assert sources[0].counts.header == data.count(b"\n") and sources[0].counts.skipped == {"truncated last record": 1}
+
+
+def test_foreign_files_without_a_record_in_a_block_or_a_newline_at_the_end(tmp_path, monkeypatch):
+    (tmp_path / "torn.log").write_text("I1130 09:25:49.000001 1 x.py:1] [rank 1] hi")
+    (tmp_path / "prelude.log").write_text("".join(f"printed line {i}, no bracket\n" for i in range(20))
+                                          + "I1130 02:11:14.940652 1 a.cc:1] [rank 0] after the prelude\n")
+    monkeypatch.setattr(reader, "CHUNK", 200)  # the prelude fills whole blocks
+    sources = open_sources([str(tmp_path / "torn.log"), str(tmp_path / "prelude.log")])
+    assert [(r.rank, r.event) for r in read_records(sources)] == [(0, "after the prelude")]
+    assert [dict(s.counts.skipped) for s in sources] == [{"not part of a record (before the first one)": 20},
+                                                         {"truncated last record": 1}]
+
+
 def test_gz_files_and_a_log_root_means_its_latest_run(tmp_path, glog_run):
     plain = records([glog_run / "rank-1.log"])
     with open(glog_run / "rank-1.log", "rb") as f, gzip.open(tmp_path / "rank-1.log.gz", "wb") as g:
