@@ -6,6 +6,7 @@ and reports, in order of usefulness:
 
 - the first NaN/Inf origin: the node whose incoming gradient was finite but an outgoing one was not
   (rank, step, node, slot, forward file:line), earliest by step then clock-corrected time;
+- errors: E and F records (an unhandled exception, DataParallel's debug checks), by rank and step;
 - desync: ranks whose backward ran a different node sequence in a step than the other ranks;
 - collectives: allreduces whose result differs across ranks, or that some rank began and never finished;
 - outliers: a rank whose gradient norm is more than `--outlier-factor` times off the ranks' median.
@@ -63,6 +64,7 @@ class Logs:
     begun: dict[tuple, set[int]] = field(default_factory=lambda: defaultdict(set))  # (step, bucket) -> ranks
     ended: dict[tuple, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))  # -> rank: checksum
     params: dict[tuple, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))  # (step, b, param)
+    errors: dict[tuple, list[int]] = field(default_factory=lambda: defaultdict(list))  # (step, message) -> ranks
     ranks: set[int] = field(default_factory=set)
     step_source: str = "step"
 
@@ -75,16 +77,35 @@ def _float(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+_MODULE_PATH = re.compile(r"^[\w.]+\.(?=\w+(?::|$))")
+
+
+def error_text(event: str) -> str:
+    """What went wrong, in one line: for a logged traceback its exception line without the module path
+    (`DataParallelError: parameters are not identical ...`), else the message's first line."""
+    lines = event.rstrip().splitlines()
+    if _TRACEBACK in lines:
+        last = len(lines) - lines[::-1].index(_TRACEBACK)
+        exception = next((line for line in lines[last:] if line and not line[0].isspace()), None)
+        if exception is not None:
+            return _MODULE_PATH.sub("", exception)
+    return lines[0].strip() if lines else ""
+
+
 def load(paths: list[str]) -> Logs:
     """The records `diff` needs, from every file PATH names."""
     logs = Logs()
     sources = open_sources(paths)
     logs.ranks = {s.rank for s in sources if s.rank is not None}
     runs: dict[tuple, int] = {}
-    for rec in read_records(sources, where=_WANTED):
+    for rec in read_records(sources, where=_WANTED, severities="EF"):
         logs.ranks.add(rec.rank)  # a merged timeline holds several ranks behind one header
         f = rec.fields
-        if rec.event.startswith("grad_stats"):
+        if rec.severity in "EF":
+            step = f.get("step")
+            logs.errors[(step if isinstance(step, int) else None, error_text(rec.event))].append(rec.rank)
+        elif rec.event.startswith("grad_stats"):
             if "step" not in f:
                 logs.step_source = "backward pass"
             step = _int(f.get("step", f.get("pass")), -1)
@@ -101,9 +122,10 @@ def load(paths: list[str]) -> Logs:
                 logs.ended[key][rec.rank] = str(f.get("checksum"))
             elif "param" in f:
                 logs.params[key + (str(f["param"]),)][rec.rank] = str(f.get("checksum"))
-    if not logs.stats and not logs.begun:
+    if not logs.stats and not logs.begun and not logs.errors:
         raise InputError(f"{' '.join(paths)}: no gradient statistics (grad_stats, written at verbosity 5: "
-                         "backward_vlog_guard(5) or DISTVLOG_V=5) and no allreduce records (DataParallel at v>=1)")
+                         "backward_vlog_guard(5) or DISTVLOG_V=5), no allreduce records (DataParallel at v>=1) "
+                         "and no errors")
     return logs
 
 
@@ -148,6 +170,14 @@ def _sequences(logs: Logs) -> dict[int, dict[int, list[str]]]:
                 seqs[rank][s.step].append(s.node)
                 last_run = s.run
     return seqs
+
+
+def errors(logs: Logs) -> list[dict]:
+    """E and F records, one entry per (step, message) with the ranks that logged it: DataParallel's checks
+    raise the same error on every rank."""
+    found = [{"ranks": sorted(set(ranks)), "step": step, "message": message}
+             for (step, message), ranks in logs.errors.items()]
+    return sorted(found, key=lambda e: (e["step"] is None, e["step"] or 0, e["ranks"][0]))
 
 
 def desync(logs: Logs) -> list[dict]:
@@ -236,15 +266,20 @@ def analyse(logs: Logs, factor: float) -> dict:
     origins = nan_origins(logs)
     report = {"ranks": sorted(logs.ranks), "steps_from": logs.step_source,
               "grad_stats": sum(len(s) for s in logs.stats.values()), "allreduces": len(logs.ended),
-              "nan_origin": origins[0] if origins else None, "nan_origins": origins, "desync": desync(logs),
+              "nan_origin": origins[0] if origins else None, "nan_origins": origins, "errors": errors(logs),
+              "desync": desync(logs),
               "collectives": collectives(logs), "outliers": outliers(logs, factor), "not_checked": not_checked(logs)}
-    report["found"] = bool(origins or report["desync"] or report["collectives"] or report["outliers"])
+    report["found"] = bool(origins or report["errors"] or report["desync"] or report["collectives"] or report["outliers"])
     report["clean"] = not report["found"] and not report["not_checked"]
     return report
 
 
 def _where(d: dict) -> str:
     return f" (forward at {d['site']})" if d.get("site") else ""
+
+
+def _step(step: int | None) -> str:
+    return "" if step is None else f" step {step}"
 
 
 def _limited(lines: list[str]) -> list[str]:
@@ -258,6 +293,7 @@ def render_text(r: dict) -> str:
         note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer is not logged)"
         lines.append(f"{'' if i == 0 else '  then '}NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} "
                      f"{o['slot']}{_where(o)}: {o['nan']} NaN, {o['inf']} Inf{note}")
+    lines += _limited([f"error: {ranks_text(e['ranks'])}{_step(e['step'])}: {e['message']}" for e in r["errors"]])
     for d in r["desync"]:
         what = (f"ran {d['ran']} where {ranks_text(d['others'])} ran {d['others_ran']}" if d["ran"] and d["others_ran"]
                 else f"ran {d['nodes']} nodes where {ranks_text(d['others'])} ran {d['others_nodes']}")

@@ -102,3 +102,22 @@ def test_logs_without_gradient_statistics_say_what_was_not_checked(tmp_path, cap
     report = json.loads(out)
     assert (report["found"], report["clean"], report["not_checked"][0]["checks"]) == (
         False, False, ["NaN/Inf origins", "desync", "outliers"])
+
+
+def test_dataparallel_check_errors_are_findings(tmp_path, capsys):
+    run_dir = scenario(tmp_path, 2, "gradmod", fails=True)  # rank 1 changes a gradient after its allreduce
+    code, out = diff([run_dir], capsys)
+    assert code == 1
+    assert ("error: ranks 0,1 step 3: DataParallelError: parameters are not identical across replicas at step 3: "
+            "linear_0.w_0 differs on rank 1 (rank 0 agree" in out), out
+    code, out = diff(["--json", run_dir], capsys)
+    error = json.loads(out)["errors"][0]
+    assert (error["ranks"], error["step"], error["message"].split(":")[0]) == ([0, 1], 3, "DataParallelError")
+
+
+def test_an_error_record_without_a_traceback_is_its_first_line(tmp_path, capsys):
+    logs = write_logs(tmp_path, {0: backward(0), 1: backward(0)})
+    with open(tmp_path / "rank-1.log", "a") as f:
+        f.write("E1130 02:29:11.000000 100 engine.py:1] [rank 1] bucket lost step=0\n  more detail\n")
+    assert diff([logs], capsys) == (1, "2 ranks, 8 gradient statistics, 0 allreduces (aligned by step)\n"
+                                       "error: rank 1 step 0: bucket lost\n")
