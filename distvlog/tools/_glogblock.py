@@ -2,7 +2,11 @@
 
 A chunk ends mid-record; the last record is left for the next chunk (`carry`) unless the file ended.
 Lines with NUL bytes are binary garbage and dropped; lines before the first record are the header (or
-skipped); a file ending without a newline ends in a truncated record, which is skipped.
+skipped). A file ending without a newline (a killed rank's, one still being written) ends in a line cut
+short: that line is skipped and counted, and every record before it is kept. So a record whose first
+line is whole keeps its whole lines (what a killed rank was doing is what the user is looking for), while
+a record whose first line is cut short is not kept: its message and fields may be cut (`norm=1` of
+`norm=1000`), and its text is still there in the file.
 """
 
 from __future__ import annotations
@@ -77,13 +81,8 @@ class GlogParser:
         carry_from = n if eof else (int(starts[rec[-1]]) if len(rec) else complete)
         if not eof and len(rec):
             rec, line_of_end = rec[:-1], line_of_end[:-1]
-        elif eof and complete < n:  # no newline at the end: the last record was cut short
-            reason = "binary garbage" if data[complete:n].min() == 0 else "truncated last record"
-            if len(rec):
-                counts.skipped[reason] += int(len(starts) - rec[-1]) + 1
-                rec, line_of_end = rec[:-1], line_of_end[:-1]
-            else:
-                counts.skipped[reason] += 1
+        elif eof and complete < n:  # no newline at the end: the last line was cut short (see above)
+            counts.skipped["binary garbage" if data[complete:n].min() == 0 else "truncated last line"] += 1
         rs, re_ = starts[rec], bounds[line_of_end]
         counts.lines += int((line_of_end - rec).sum())
         local = self.calendar.local_us(stamps.select(rec))

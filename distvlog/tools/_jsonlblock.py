@@ -61,7 +61,7 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
             reason = "binary garbage" if b"\0" in line else "not a JSON object"
-            counts.skipped["truncated last record" if i == len(lines) else reason] += 1
+            counts.skipped["truncated last line" if i == len(lines) else reason] += 1
             continue
         if not isinstance(obj, dict) or type(obj.get("ts")) is not int:
             counts.skipped["JSON without an integer ts"] += 1

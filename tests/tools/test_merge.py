@@ -14,7 +14,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tools_logfiles import T0, expected_tags, ours
+from tools_logfiles import T0, expected_tags, ours, stamp
 
 from distvlog.tools import _kway, reader
 from distvlog.tools.reader import open_sources, read_records
@@ -158,6 +158,14 @@ def test_bad_input_exits_2_with_one_line(tmp_path, cli, monkeypatch, args, messa
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["binary.log", "empty.log", "foreign.log", "nologs",
                                                           "rank-0.log"]  # no partial output left behind
+
+
+def test_a_killed_ranks_last_whole_record_is_merged(tmp_path, cli):
+    text = ours(1, [(T0 + i, f"I record {c}") for i, c in enumerate("abc")])
+    (tmp_path / "rank-1.log").write_text(text + f"I{stamp(T0 + 3)} 101 t.py:1] [rank 1] record d, cut sh")
+    code, out, err = cli("merge", tmp_path)
+    assert code == 0 and re.findall(r"\] (record .*)", out) == ["record a", "record b", "record c"]
+    assert "(1 truncated last line)" in err
 
 
 @settings(max_examples=25, deadline=None)
