@@ -36,6 +36,7 @@ from .reader import open_sources, read_records
 _WANTED = re.compile(rb'\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) '  # glog text
                      rb'|"event":"(?:grad_stats|allreduce)')  # JSON lines
 MAX_LISTED = 10
+_COUNTER = re.compile(r"\d+(?=GradNode$)")
 
 
 @dataclass
@@ -52,6 +53,12 @@ class Stat:
     inf: int
     ts: int
     run: int  # which run of the node on this rank (node name + pass)
+
+    @property
+    def op(self) -> str:
+        """The node's name without its op counter (multiply3GradNode -> multiplyGradNode): the counter is per
+        process, so one extra op on one rank shifts every later name on that rank and none on the others."""
+        return _COUNTER.sub("", self.node)
 
     @property
     def finite(self) -> bool:
@@ -160,14 +167,14 @@ def _origin(s: Stat, kind: str) -> dict:
             "nan": s.nan, "inf": s.inf, "ts": s.ts}
 
 
-def _sequences(logs: Logs) -> dict[int, dict[int, list[str]]]:
-    """rank -> step -> the nodes it ran, in order."""
-    seqs: dict[int, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+def _sequences(logs: Logs) -> dict[int, dict[int, list[Stat]]]:
+    """rank -> step -> the nodes it ran, in order (a Stat of each)."""
+    seqs: dict[int, dict[int, list[Stat]]] = defaultdict(lambda: defaultdict(list))
     for rank, stats in logs.stats.items():
         last_run = None
         for s in stats:
             if s.run != last_run:
-                seqs[rank][s.step].append(s.node)
+                seqs[rank][s.step].append(s)
                 last_run = s.run
     return seqs
 
@@ -187,9 +194,9 @@ def desync(logs: Logs) -> list[dict]:
     out: dict[int, dict] = {}
     for step in steps:
         ranks = sorted(seqs)
-        groups: dict[tuple, list[int]] = defaultdict(list)
+        groups: dict[tuple, list[int]] = defaultdict(list)  # ops run -> ranks
         for rank in ranks:
-            groups[tuple(seqs[rank].get(step, ()))].append(rank)
+            groups[tuple(s.op for s in seqs[rank].get(step, ()))].append(rank)
         if len(groups) < 2:
             continue
         reference, ref_ranks = max(groups.items(), key=lambda kv: (len(kv[1]), -kv[1][0]))
@@ -201,10 +208,15 @@ def desync(logs: Logs) -> list[dict]:
                     out[rank]["steps"] += 1
                     continue
                 at = next((i for i, (a, b) in enumerate(zip(seq, reference)) if a != b), min(len(seq), len(reference)))
-                out[rank] = {"rank": rank, "step": step, "position": at, "ran": seq[at] if at < len(seq) else None,
-                             "others_ran": reference[at] if at < len(reference) else None,
+                out[rank] = {"rank": rank, "step": step, "position": at, "ran": _node_at(seqs[rank][step], at),
+                             "others_ran": _node_at(seqs[ref_ranks[0]][step], at),
                              "nodes": len(seq), "others_nodes": len(reference), "others": ref_ranks, "steps": 1}
     return sorted(out.values(), key=lambda d: (d["step"], d["rank"]))
+
+
+def _node_at(nodes: list[Stat], i: int) -> str | None:
+    """The real name (counter included) of the i-th node run, as the rank's log spells it."""
+    return nodes[i].node if i < len(nodes) else None
 
 
 def collectives(logs: Logs) -> list[dict]:
@@ -229,16 +241,16 @@ def collectives(logs: Logs) -> list[dict]:
 
 
 def outliers(logs: Logs, factor: float) -> list[dict]:
-    """Gradients (aligned by step, node, slot, run) whose norm is `factor` times off the ranks' median."""
+    """Gradients (aligned by step, op, slot, occurrence) whose norm is `factor` times off the ranks' median."""
     aligned: dict[tuple, dict[int, Stat]] = defaultdict(dict)
     for rank, stats in logs.stats.items():
         seen: dict[tuple, int] = defaultdict(int)
         for s in stats:
-            key = (s.step, s.node, s.slot)
+            key = (s.step, s.op, s.slot)
             aligned[key + (seen[key],)][rank] = s
             seen[key] += 1
     out = []
-    for (step, node, slot, _), per_rank in aligned.items():
+    for (step, _, slot, _), per_rank in aligned.items():
         norms = {r: s.norm for r, s in per_rank.items() if s.finite and not math.isnan(s.norm)}
         if len(norms) < 3:
             continue
@@ -246,7 +258,7 @@ def outliers(logs: Logs, factor: float) -> list[dict]:
         for rank, norm in norms.items():
             ratio = (norm / median if median else math.inf) if norm >= median else (median / norm if norm else math.inf)
             if ratio > factor and max(norm, median) > 1e-30:
-                out.append({"rank": rank, "step": step, "node": node, "slot": slot, "norm": norm, "median": median,
+                out.append({"rank": rank, "step": step, "node": per_rank[rank].node, "slot": slot, "norm": norm, "median": median,
                             "ratio": ratio, "site": per_rank[rank].site})
     return sorted(out, key=lambda o: (o["step"], -o["ratio"]))
 

@@ -121,3 +121,21 @@ def test_an_error_record_without_a_traceback_is_its_first_line(tmp_path, capsys)
         f.write("E1130 02:29:11.000000 100 engine.py:1] [rank 1] bucket lost step=0\n  more detail\n")
     assert diff([logs], capsys) == (1, "2 ranks, 8 gradient statistics, 0 allreduces (aligned by step)\n"
                                        "error: rank 1 step 0: bucket lost\n")
+
+
+def test_one_missing_op_is_one_step_of_desync_not_every_later_one(tmp_path, capsys):
+    run_dir = scenario(tmp_path, 4, "skip")  # rank 1 skips `h * 1.0` at step 1: its later node names shift
+    code, out = diff([run_dir], capsys)
+    assert code == 1
+    assert re.search(r"^desync: rank 1 step 1 node #1: ran relu2GradNode where ranks 0,2,3 ran multiply2GradNode "
+                     r"\(1 step differs?\)$", out, re.M), out
+    assert out.count("\n") == 2, out
+
+
+def test_outliers_are_aligned_across_shifted_op_counters(tmp_path, capsys):
+    shifted = [line.replace("matmul1", "matmul2").replace("tanh1", "tanh2") for line in backward(1, norm=500.0)]
+    logs = write_logs(tmp_path, {0: backward(0) + backward(1), 1: backward(0, "add1GradNode") + shifted,
+                                 2: backward(0) + backward(1, norm=1.2)})
+    code, out = diff(["--json", logs], capsys)
+    assert {(o["rank"], o["step"], o["node"]) for o in json.loads(out)["outliers"]} == {
+        (1, 1, "matmul2GradNode"), (1, 1, "tanh2GradNode")}
