@@ -202,6 +202,8 @@ def _execute(task: GraphTask) -> None:
     try:
         with np.errstate(all="ignore"):  # NaN and Inf in gradients are reported by grad_stats and `diff`
             _run_graph(task)
+        if task.callbacks:  # the pass's records reach the file first: a wait for other ranks there may never
+            flush()         # return, and a launcher kills the ranks left waiting for a dead one with SIGKILL
         for callback in task.callbacks:
             callback()
     finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -168,17 +169,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _wait(proc: subprocess.Popen) -> int:
-    """The launcher's exit code. On Ctrl-C the launcher got the same SIGINT and takes the ranks down: wait
-    for it, so their logs are complete before the merge (a second Ctrl-C kills it)."""
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        print("distvlog launch: interrupted, waiting for the ranks to stop", file=sys.stderr, flush=True)
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
+    """The launcher's exit code. A SIGTERM, or a SIGINT that did not come from our terminal (a Ctrl-C there
+    reaches the launcher itself), is passed on to the launcher, which passes it to the ranks; then we wait for
+    them, so that their logs are complete before the merge. A second signal kills the launcher."""
+    stopping: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if stopping:
             proc.kill()
-            return proc.wait()
+            return
+        stopping.append(signum)
+        if signum == signal.SIGTERM or not _typed_in_our_terminal():
+            proc.send_signal(signum)
+        print(f"distvlog launch: {signal.Signals(signum).name}: stopping the ranks, then merging their logs "
+              "(again to kill them)", file=sys.stderr, flush=True)
+
+    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return code or (128 + stopping[0] if stopping else 0)
+
+
+def _typed_in_our_terminal() -> bool:
+    """Whether we are the foreground process group of our terminal: then its Ctrl-C reached the launcher too."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -7,10 +7,12 @@ the timer and signal handlers once the file exists. Every hook chains to the one
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -46,14 +48,99 @@ def _chain_to(previous: Any):
     return chain
 
 
+class _Handler:
+    """Our SIGTERM/SIGINT handler: flush, then the handler it replaced. It notes when it last ran, so
+    the watcher can tell a main thread that handles signals from one blocked in C."""
+
+    def __init__(self, previous: Any) -> None:
+        self.chain = _chain_to(previous)
+        self.ends_process = previous in (signal.SIG_DFL, signal.default_int_handler)  # (KeyboardInterrupt)
+        self.ran_at = -math.inf
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.ran_at = time.monotonic()
+        SINK.flush_for_signal(signum, frame, self.chain)
+
+
 def _install_signal_handlers() -> None:
-    global _signals_installed
-    if _signals_installed or threading.current_thread() is not threading.main_thread():
+    """Once per process (a forked child keeps its parent's handlers but starts its own watcher)."""
+    global _signals_installed, _watcher_pid
+    if threading.current_thread() is not threading.main_thread():
         return
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        chain = _chain_to(signal.getsignal(signum))
-        signal.signal(signum, lambda s, f, chain=chain: SINK.flush_for_signal(s, f, chain))
-    _signals_installed = True
+    if not _signals_installed:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _Handler(signal.getsignal(signum)))
+        _signals_installed = True
+    if _watcher_pid != os.getpid():
+        _watcher_pid = os.getpid()
+        _start_signal_watcher()
+
+
+# Python runs signal handlers in the main thread, between two of its instructions: never while that thread
+# is blocked in C, as in an MPI collective that waits for a dead or hung rank. The C-level handler also
+# writes the signal's number to the wakeup fd, which a watcher thread reads.
+SIGNAL_GRACE_S = 3.0  # how long the main thread has to run a terminating signal's handler itself
+_watcher_fd = -1  # the write end of our wakeup pipe, while it is Python's wakeup fd
+_watcher_pid: int | None = None
+
+
+def _start_signal_watcher() -> None:
+    global _watcher_fd
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    if previous != -1:  # someone's own (asyncio's): theirs stays, and handlers run as Python runs them
+        signal.set_wakeup_fd(previous)
+        os.close(read_end), os.close(write_end)
+        return
+    _watcher_fd = write_end
+    threading.Thread(target=_watch_signals, args=(read_end,), name="distvlog-signals", daemon=True).start()
+
+
+def _watch_signals(fd: int) -> None:
+    """On SIGTERM/SIGINT, flush at once. If our handler would end the process but the main thread has not
+    run it after SIGNAL_GRACE_S, end it from here: log where the main thread is stuck, flush, exit 128+N
+    (a shell's status for death by signal N)."""
+    while True:
+        try:
+            signals = os.read(fd, 64)
+        except OSError:
+            return
+        for signum in signals:
+            handler = signal.getsignal(signum) if signum in (signal.SIGTERM, signal.SIGINT) else None
+            if not isinstance(handler, _Handler):
+                continue
+            arrived = time.monotonic()
+            SINK.flush()
+            time.sleep(SIGNAL_GRACE_S)
+            if handler.ends_process and handler.ran_at < arrived - 1.0 and signal.getsignal(signum) is handler:
+                _exit_from_watcher(signum)
+
+
+def _exit_from_watcher(signum: int) -> None:
+    name = signal.Signals(signum).name
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    frames = traceback.extract_stack(frame) if frame is not None else []
+    while len(frames) > 1 and (frames[0].filename.startswith(_PACKAGE_DIR) or "runpy" in frames[0].filename):
+        del frames[0]  # how `distvlog launch` started the script
+    stack = "".join(traceback.format_list(frames)).rstrip() or "  (no Python frame)"
+    where = {"file": os.path.basename(frame.f_code.co_filename), "line": frame.f_lineno} if frame is not None else {}
+    unechoed_logger("distvlog").critical(  # laid out as a traceback: `distvlog launch` names its last line
+        f"{name} arrived; the main thread was at (most recent call last):\n{stack}\n{name}: the main thread "
+        f"did not return to Python within {SIGNAL_GRACE_S:g} s (blocked in C, such as an MPI call that cannot "
+        f"complete); exited with status {128 + signum}", **where)
+    SINK.flush()
+    sys.stderr.write(f"distvlog: {name} while the main thread was blocked in C; exiting (see the log)\n")
+    os._exit(128 + signum)
+
+
+def _after_fork_in_child() -> None:
+    """The child shares its parent's wakeup pipe but not the watcher thread: its signals must not wake the
+    parent's watcher (it starts its own with its file)."""
+    global _watcher_fd
+    if _watcher_fd != -1:
+        signal.set_wakeup_fd(-1)
+        _watcher_fd = -1
 
 
 def _on_open(_sink: RankFile) -> None:
@@ -121,3 +208,4 @@ def install() -> None:
     if register_threading_atexit is not None:
         register_threading_atexit(SINK.flush)
     SINK.on_open.append(_on_open)
+    os.register_at_fork(after_in_child=_after_fork_in_child)

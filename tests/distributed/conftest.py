@@ -57,3 +57,18 @@ def run_cli(tmp_path: Path):
         return subprocess.run([sys.executable, "-m", "distvlog", *args], env=_env(tmp_path, env), cwd=tmp_path,
                               capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     return run
+
+
+@pytest.fixture
+def start_cli(tmp_path: Path):
+    """start_cli(*args, env={}) starts `python -m distvlog ARGS` in tmp_path (text pipes); killed at the end."""
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        started.append(subprocess.Popen([sys.executable, "-m", "distvlog", *args], env=_env(tmp_path, env),
+                                        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        return started[-1]
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.communicate()

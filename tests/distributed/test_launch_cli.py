@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import time
 
 import pytest
 from launch_testkit import TRAIN, losses, run_dir_of
@@ -109,3 +112,69 @@ def test_bad_input_is_one_line_and_exit_2(run_cli, args, message):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"distvlog launch: error: {message}"), proc.stderr
+
+
+
+HUNG = """
+import distvlog as dv
+from mpi4py import MPI
+
+dv.init()
+dv.get_logger("job").info("before the hang")
+print("ready", flush=True)
+if dv.get_rank() == 1:
+    MPI.COMM_WORLD.recv(source=0)  # @recv: blocked in C, as rank 0 is
+MPI.COMM_WORLD.Barrier()  # @barrier
+"""
+
+
+def _line(code: str, marker: str) -> int:
+    return next(i for i, line in enumerate(code.splitlines(), start=1) if marker in line)
+
+
+def test_a_hung_job_stopped_by_sigterm_keeps_its_logs_and_says_where_ranks_were(start_cli, tmp_path):
+    """Ranks blocked in MPI never return to Python, where signal handlers run: a watcher thread flushes at
+    once and, after a grace period, logs where its rank is stuck and ends it. A SIGTERM to `distvlog launch`
+    (timeout, a scheduler) reaches the ranks through the launcher, and the run is merged all the same."""
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG)
+    proc = start_cli("launch", "-n", "2", str(script), env={"DISTVLOG_FLUSH_INTERVAL": "3600"})  # no timer flush
+    assert [proc.stdout.readline() for _ in range(2)] == ["ready\n"] * 2
+    time.sleep(0.5)  # (not a speed limit: lets both ranks enter their MPI calls)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    run_dir = run_dir_of(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    timeline = (run_dir / "timeline.log").read_text()
+    assert "[rank 0] before the hang" in timeline and "[rank 1] before the hang" in timeline
+    stuck = {int(rank): int(line) for line, rank in
+             re.findall(r"^F\S+ \S+ \d+ hung\.py:(\d+)\] \[rank (\d+)\] SIGTERM arrived", timeline, re.M)}
+    assert stuck and set(stuck.items()) <= {(0, _line(HUNG, "@barrier")), (1, _line(HUNG, "@recv"))}, timeline
+    assert re.search(r"rank [01] failed: SIGTERM: the main thread did not return to Python within \d+ s", err), err
+
+
+KILLED = """
+import os, signal
+import numpy as np
+import distvlog as dv
+
+dv.init()
+model = dv.DataParallel(dv.nn.Linear(4, 2))
+log = dv.get_logger("job")
+x = dv.to_tensor(np.ones((3, 4), "float32"))
+for step in range(3):
+    if step == 2 and dv.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as a segfault or the OOM killer would
+    log.info("before backward", step=step)
+    model(x).sum().backward()  # rank 0 waits in the allreduce of step 2 for a rank that is gone
+"""
+
+
+def test_the_records_of_ranks_killed_while_waiting_for_a_dead_rank_are_on_disk(run_cli, tmp_path):
+    """The launcher kills the ranks left waiting with SIGKILL, which no handler sees: the engine flushes
+    before DataParallel's wait, so everything they logged up to it is in their files."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    proc = run_cli("launch", "-n", "2", str(script), env={"DISTVLOG_FLUSH_INTERVAL": "3600"})  # no timer flush
+    assert proc.returncode != 0
+    assert "before backward step=2" in (run_dir_of(proc) / "rank-0.log").read_text()
