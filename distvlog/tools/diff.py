@@ -31,6 +31,7 @@ import orjson
 from .._errors import InputError
 from .._json import dumps
 from ..dist.comm import ranks_text
+from ._notes import plural
 from .reader import open_sources, read_records
 
 _WANTED = re.compile(rb'\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) '  # glog text
@@ -299,7 +300,8 @@ def _limited(lines: list[str]) -> list[str]:
 
 
 def render_text(r: dict) -> str:
-    lines = [f"{len(r['ranks'])} ranks, {r['grad_stats']} gradient statistics, {r['allreduces']} allreduces "
+    lines = [f"{plural(len(r['ranks']), 'rank')}, {plural(r['grad_stats'], 'gradient statistic')}, "
+             f"{plural(r['allreduces'], 'allreduce')} "
              f"(aligned by {'step' if r['steps_from'] == 'step' else 'backward pass'})"]
     for i, o in enumerate(r["nan_origins"][:MAX_LISTED]):
         note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer is not logged)"

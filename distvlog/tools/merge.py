@@ -21,6 +21,7 @@ from . import _filters
 from ._arena import Arena
 from ._block import Counts
 from ._kway import KWayMerge
+from ._notes import plural, skipped_text
 from ._writers import JsonWriter, Writer, text_header
 from .reader import Source, open_sources, parse_rank_of
 
@@ -115,17 +116,14 @@ def summary(sources: list[Source], written: int, late: int, where: str) -> str:
         counts.add(source.counts)
     total = sum(counts.records.values())
     per_rank = ", ".join(f"rank {r}: {n:,}" for r, n in sorted(counts.records.items()))
-    parts = [f"{written:,} records from {len(sources)} file{'s' * (len(sources) != 1)} ({per_rank or 'none'}) "
-             f"to {where}"]
+    parts = [f"{plural(written, 'record')} from {plural(len(sources), 'file')} ({per_rank or 'none'}) to {where}"]
     if total > written:
         parts.append(f"{total - written:,} filtered out")
     if counts.header:
-        parts.append(f"{counts.header:,} header lines")
-    skipped = sum(counts.skipped.values())
-    parts.append(f"{skipped:,} lines skipped" + (
-        " (" + ", ".join(f"{n:,} {why}" for why, n in counts.skipped.most_common()) + ")" if skipped else ""))
+        parts.append(plural(counts.header, "header line"))
+    parts.append(skipped_text(counts))
     if late:
-        parts.append(f"{late:,} records written late (their rank's clock went back)")
+        parts.append(f"{plural(late, 'record')} written late (their rank's clock went back)")
     return "; ".join(parts)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .._errors import InputError
 from .._json import dumps
+from ._notes import plural
 from ._slices import KINDS, WANTED, Slice, SliceBuilder
 from .merge import add_input_arguments, open_inputs
 from .reader import read_records
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"-o {args.output}: cannot write ({exc.strerror})") from None
     kinds = Counter(s.kind for s in slices)
     said = ", ".join(f"{n:,} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: KINDS.index(kv[0])))
-    print(f"distvlog trace: {len(slices):,} events ({said or 'none'}) on {len(hosts)} rank(s) to {args.output}"
+    print(f"distvlog trace: {plural(len(slices), 'event')} ({said or 'none'}) on {plural(len(hosts), 'rank')} to "
+          f"{args.output}"
           + (f"; dropped {sum(dropped.values()):,} over --max-events {args.max_events:,} ("
              + ", ".join(f"{n:,} {k}" for k, n in dropped.items()) + ")" if dropped else ""), file=sys.stderr)
     return 0

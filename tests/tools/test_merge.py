@@ -202,7 +202,7 @@ def test_lines_out_of_order_beyond_the_slack_are_written_late_and_counted(tmp_pa
     monkeypatch.setattr(reader, "CHUNK", 500)
     monkeypatch.setattr(_kway, "MAX_SLACK_US", 0)
     code, out, err = cli("merge", tmp_path)
-    assert code == 0 and "late" in out and "1 records written late" in err and out.count("] a") == 200
+    assert code == 0 and "late" in out and "1 record written late" in err and out.count("] a") == 200
 
 
 @pytest.mark.skipif(shutil.which("lnav") is None, reason="lnav is not installed")

@@ -58,7 +58,7 @@ def test_slices_for_nodes_passes_and_buckets_with_args(tmp_path, cli):
     for rank in range(2):
         (tmp_path / f"rank-{rank}.log").write_text(engine_log(rank))
     code, _, err = cli("trace", tmp_path, "-o", tmp_path / "t.json")
-    assert code == 0 and err.count("\n") == 1 and "on 2 rank(s)" in err
+    assert code == 0 and err.count("\n") == 1 and "on 2 ranks" in err
     doc = json.loads((tmp_path / "t.json").read_text())
     events = check_trace(doc)
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
