@@ -1,7 +1,8 @@
 """Which files a PATH argument means, and opening them (plain or gzip) as binary streams.
 
 A PATH is a log file, a run directory (`rank-*.log`, `rank-*.jsonl`, `.gz` too) or a log root, which
-stands for its latest run (the `latest` link, else the newest run directory). Bad paths raise InputError.
+stands for its latest run (the `latest` link, else the newest run directory). Bad paths raise InputError,
+files that cannot be read as logs BadFile.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from typing import BinaryIO
 from .._errors import InputError
 
 _RANK_FILE = re.compile(r"^rank-(\d+)(?:\.(\d+))?\.(?:log|jsonl)(?:\.gz)?$")
+
+
+class BadFile(InputError):
+    """A file that cannot be read as a log (unreadable, empty, not a log): the tools skip it when others can be read."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +100,10 @@ def open_input(file: InputFile) -> tuple[BinaryIO, int]:
         raw = open(file.path, "rb")  # noqa: SIM115 (the caller closes it)
         size = os.fstat(raw.fileno()).st_size
     except OSError as exc:
-        raise InputError(f"{file.path}: cannot read ({exc.strerror})") from None
+        raise BadFile(f"{file.path}: cannot read ({exc.strerror})") from None
     if size == 0:
         raw.close()
-        raise InputError(f"{file.path}: empty file")
+        raise BadFile(f"{file.path}: empty file")
     if file.gz:
         return gzip.GzipFile(fileobj=raw, mode="rb"), size
     return raw, size

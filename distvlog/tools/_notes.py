@@ -1,8 +1,30 @@
-"""What the tools say besides their result: counts in words, and warnings about their input on stderr."""
+"""What the tools say besides their result: counts in words, and warnings about their input on stderr.
+
+A tool's output that silently rests on part of its input misleads (a diff that says "clean" for the ranks
+it could read): what was skipped is said, a line a warning, and no records at all is unusable input.
+"""
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING, Callable
+
+from .._errors import InputError
 from ._block import Counts
+
+if TYPE_CHECKING:
+    from .reader import Source
+
+Warn = Callable[[str], None]
+
+
+def ignore(text: str) -> None:
+    """The warnings of a library caller that does not show them."""
+
+
+def warner(command: str) -> Warn:
+    """A warning a line on stderr, named after the command (`distvlog diff: warning: ...`)."""
+    return lambda text: print(f"distvlog {command}: warning: {text}", file=sys.stderr)
 
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
@@ -15,3 +37,28 @@ def skipped_text(counts: Counts) -> str:
     skipped = sum(counts.skipped.values())
     reasons = ", ".join(f"{n:,} {why}" for why, n in counts.skipped.most_common())
     return f"{plural(skipped, 'line')} skipped" + (f" ({reasons})" if skipped else "")
+
+
+def total(sources: list[Source]) -> Counts:
+    counts = Counts()
+    for source in sources:
+        counts.add(source.counts)
+    return counts
+
+
+def after_reading(sources: list[Source], warn: Warn, *, skipped: bool = True) -> None:
+    """Once the sources are read: a warning naming each file without records, and (`skipped`) one saying how
+    many lines were skipped and why; InputError when no file held a record."""
+    empty = [s for s in sources if not s.counts.records]
+    if len(empty) == len(sources):
+        what = str(sources[0].path) if len(sources) == 1 else f"any of the {len(sources)} input files"
+        raise InputError(f"no records in {what}: {_contents(total(sources))}")
+    for source in empty:
+        warn(f"no records in {source.path}: {_contents(source.counts)}")
+    counts = total([s for s in sources if s.counts.records])  # the others' lines are in the warnings above
+    if skipped and counts.skipped:
+        warn(skipped_text(counts))
+
+
+def _contents(counts: Counts) -> str:
+    return (f"{plural(counts.header, 'header line')}, " if counts.header else "") + skipped_text(counts)

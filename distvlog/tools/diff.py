@@ -31,7 +31,7 @@ import orjson
 from .._errors import InputError
 from .._json import dumps
 from ..dist.comm import ranks_text
-from ._notes import plural
+from ._notes import Warn, after_reading, ignore, plural, warner
 from .reader import open_sources, read_records
 
 _WANTED = re.compile(rb'\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) '  # glog text
@@ -101,10 +101,10 @@ def error_text(event: str) -> str:
     return lines[0].strip() if lines else ""
 
 
-def load(paths: list[str]) -> Logs:
+def load(paths: list[str], warn: Warn = ignore) -> Logs:
     """The records `diff` needs, from every file PATH names."""
     logs = Logs()
-    sources = open_sources(paths)
+    sources = open_sources(paths, warn=warn)
     logs.ranks = {s.rank for s in sources if s.rank is not None}
     runs: dict[tuple, int] = {}
     for rec in read_records(sources, where=_WANTED, severities="EF"):
@@ -130,6 +130,7 @@ def load(paths: list[str]) -> Logs:
                 logs.ended[key][rec.rank] = str(f.get("checksum"))
             elif "param" in f:
                 logs.params[key + (str(f["param"]),)][rec.rank] = str(f.get("checksum"))
+    after_reading(sources, warn)
     if not logs.stats and not logs.begun and not logs.errors:
         raise InputError(f"{' '.join(paths)}: no gradient statistics (grad_stats, written at verbosity 5: "
                          "backward_vlog_guard(5) or DISTVLOG_V=5), no allreduce records (DataParallel at v>=1) "
@@ -333,7 +334,7 @@ def render_text(r: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.outlier_factor <= 1:
         raise InputError(f"--outlier-factor {args.outlier_factor}: must be greater than 1")
-    report = analyse(load(args.paths), args.outlier_factor)
+    report = analyse(load(args.paths, warner("diff")), args.outlier_factor)
     if args.json:
         sys.stdout.write(dumps(report, orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -19,9 +19,8 @@ from typing import Iterator
 from .._errors import InputError
 from . import _filters
 from ._arena import Arena
-from ._block import Counts
 from ._kway import KWayMerge
-from ._notes import plural, skipped_text
+from ._notes import Warn, after_reading, plural, skipped_text, total, warner
 from ._writers import JsonWriter, Writer, text_header
 from .reader import Source, open_sources, parse_rank_of
 
@@ -39,9 +38,9 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep each rank's own timestamps (do not apply the clock offsets in the headers)")
 
 
-def open_inputs(args: argparse.Namespace) -> list[Source]:
+def open_inputs(args: argparse.Namespace, warn: Warn) -> list[Source]:
     return open_sources(args.paths, rank_of=parse_rank_of(args.rank_of),
-                        clock_correction=not args.no_clock_correction)
+                        clock_correction=not args.no_clock_correction, warn=warn)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -111,14 +110,12 @@ def _progress(sources: list[Source]):
 
 def summary(sources: list[Source], written: int, late: int, where: str) -> str:
     """One line: records per rank, what was skipped and why, what the filters dropped."""
-    counts = Counts()
-    for source in sources:
-        counts.add(source.counts)
-    total = sum(counts.records.values())
+    counts = total(sources)
+    read = sum(counts.records.values())
     per_rank = ", ".join(f"rank {r}: {n:,}" for r, n in sorted(counts.records.items()))
     parts = [f"{plural(written, 'record')} from {plural(len(sources), 'file')} ({per_rank or 'none'}) to {where}"]
-    if total > written:
-        parts.append(f"{total - written:,} filtered out")
+    if read > written:
+        parts.append(f"{read - written:,} filtered out")
     if counts.header:
         parts.append(plural(counts.header, "header line"))
     parts.append(skipped_text(counts))
@@ -129,7 +126,8 @@ def summary(sources: list[Source], written: int, late: int, where: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     select = _filters.Select(args)
-    sources = open_inputs(args)
+    warn = warner("merge")
+    sources = open_inputs(args, warn)
     present = {s.rank for s in sources}
     if select.ranks is not None and not present & set(select.ranks.tolist()) and None not in present:
         raise InputError(f"--ranks {args.ranks}: no input is from those ranks (present: "
@@ -138,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
     for source in sources:
         source.display_offset_s = zone
     with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="distvlog-merge-reader") as ahead:
-        merge = KWayMerge(sources, Arena().alloc, ahead)
+        merge = KWayMerge(sources, Arena().alloc, ahead)  # reads up to each file's first record
+        after_reading(sources, warn, skipped=False)  # the summary says what was skipped
         written = _write(args, sources, merge, select, zone)
     where = "stdout" if args.output in (None, "-") else args.output
     print(f"distvlog merge: {summary(sources, written, merge.late, where)}", file=sys.stderr)

@@ -24,11 +24,12 @@ from .._errors import InputError
 from . import _header, _jsonlblock
 from ._arena import SLOT_BYTES, Slot, plain_alloc
 from ._block import Block, Counts
-from ._files import InputFile, open_input, parse_rank_of, rank_given, resolve_inputs
+from ._files import BadFile, InputFile, open_input, parse_rank_of, rank_given, resolve_inputs
 from ._foreign import _NCCL_RANK
 from ._glogblock import GlogParser, RankRule, UnknownRank
 from ._gather import restamp
 from ._glogscan import OURS, PAD, Calendar, detect_variant, line_starts
+from ._notes import Warn, ignore
 from ._record import Record
 
 __all__ = ["Block", "Counts", "Record", "Source", "open_sources", "parse_rank_of", "read_records"]
@@ -55,13 +56,21 @@ class Source:
         self.display_offset_s: int | None = None  # set by merge: the time zone its output shows
         self._head = np.zeros(0, np.uint8)  # read ahead to learn the format; blocks take it first
         self._carry, self._opening = self._head, True
+        self._rank_rule: RankRule | None = None
+        self._calendar: Calendar | None = None
+        self._parser: GlogParser | None = None
+        try:
+            self._open(rank_of, clock_correction)
+        except BaseException:
+            self.stream.close()
+            raise
+
+    # -- opening: what the first chunk says ----------------------------------------------------------------
+    def _open(self, rank_of: dict[str, int], clock_correction: bool) -> None:
         first = np.empty(HEAD_BYTES + PAD, np.uint8)
         n = self._fill(first, 0, HEAD_BYTES)
         self._head, self._opening = first[:n], False
         self.kind = "jsonl" if first[:n].tobytes().lstrip()[:1] == b"{" else "glog"
-        self._rank_rule: RankRule | None = None
-        self._calendar: Calendar | None = None
-        self._parser: GlogParser | None = None
         explicit = rank_given(rank_of, self.path)
         (self._open_jsonl if self.kind == "jsonl" else self._open_glog)(first[:n + PAD], n, explicit)
         if self.meta:
@@ -73,15 +82,16 @@ class Source:
             if clock_correction:
                 self.clock = _header.Clock.from_meta(self.meta)
 
-    # -- opening: what the first chunk says ----------------------------------------------------------------
     def _open_jsonl(self, data: np.ndarray, n: int, explicit: int | None) -> None:
         import orjson
 
-        first_line = data[:n].tobytes().lstrip().split(b"\n", 1)[0]
+        first_line, newline, _ = data[:n].tobytes().lstrip().partition(b"\n")
         try:
             obj = orjson.loads(first_line)
         except orjson.JSONDecodeError:
-            raise InputError(f"{self.path}: not a glog or JSON-lines log (the first line is not JSON)") from None
+            if newline or not self._stream_done:
+                raise BadFile(f"{self.path}: not a glog or JSON-lines log (the first line is not JSON)") from None
+            obj = None  # the file's only line, cut short (inside the distvlog-meta line): no records
         self.meta = _header.meta_from_json(obj) if isinstance(obj, dict) else None
         rank = obj.get("rank") if isinstance(obj, dict) else None
         self.rank = self.meta["rank"] if self.meta else explicit if explicit is not None else (
@@ -101,7 +111,7 @@ class Source:
             if all(_header.is_header_line(line) for line in whole):  # nothing logged yet, or cut short
                 variant = OURS
             else:
-                raise InputError(f"{self.path}: not a glog or JSON-lines log (no line starts a record)")
+                raise BadFile(f"{self.path}: not a glog or JSON-lines log (no line starts a record)")
         self.host = _header.host_of(head)
         merged = any(line.startswith(_header.MERGED_MARK.encode()) for line in head)
         first_record = next((line for line in lines if not _header.is_header_line(line)), b"")
@@ -137,7 +147,7 @@ class Source:
                 got = self.stream.readinto(mv[at:cap])
             except (OSError, EOFError, zlib.error) as exc:
                 if self._opening:  # the file as a whole is unreadable
-                    raise InputError(f"{self.path}: cannot read ({exc})") from None
+                    raise BadFile(f"{self.path}: cannot read ({exc})") from None
                 self.counts.skipped[f"unreadable rest of the file ({exc})"] += 1
                 got = 0
             self._stream_done = not got
@@ -204,25 +214,37 @@ class Source:
         self.stream.close()
 
 
-def open_sources(paths: list[str], *, rank_of: dict[str, int] | None = None,
-                 clock_correction: bool = True) -> list[Source]:
+def open_sources(paths: list[str], *, rank_of: dict[str, int] | None = None, clock_correction: bool = True,
+                 warn: Warn = ignore) -> list[Source]:
     """The input files named by PATH arguments, opened, in (rank, argument order).
 
-    Foreign files take the time zone of our files (they ran on the same cluster), else this machine's.
-    A forked child's file (rank-R.<pid>.log) takes its parent's clock offset.
+    A file that cannot be read as a log (empty, damaged, not a log) is skipped with a warning when others
+    can be: a user debugging a crashed run wants the ranks that did write. Foreign files take the time zone
+    of our files (they ran on the same cluster), else this machine's. A forked child's file
+    (rank-R.<pid>.log) takes its parent's clock offset.
     """
     rank_of = rank_of or {}
+    files = resolve_inputs(paths)
+    for key in rank_of:
+        if not any(rank_given({key: 0}, f.path) is not None for f in files):
+            raise InputError(f"--rank-of {key}: not one of the input files")
     sources: list[Source] = []
+    unusable: list[str] = []
     try:
-        for order, file in enumerate(resolve_inputs(paths)):
-            sources.append(Source(file, order, rank_of, clock_correction))
+        for order, file in enumerate(files):
+            try:
+                sources.append(Source(file, order, rank_of, clock_correction))
+            except BadFile as exc:
+                unusable.append(str(exc))
     except InputError:
         for source in sources:
             source.close()
         raise
-    for key in rank_of:
-        if not any(rank_given({key: 0}, s.path) is not None for s in sources):
-            raise InputError(f"--rank-of {key}: not one of the input files")
+    if not sources:
+        raise InputError(unusable[0] if len(unusable) == 1 else f"no usable input file: {'; '.join(unusable[:3])}"
+                         + (f"; {len(unusable) - 3} more" if len(unusable) > 3 else ""))
+    for text in unusable:
+        warn(f"{text}; skipping it")
     ours = sorted((s for s in sources if s.meta), key=lambda s: s.rank)
     zone = ours[0].utc_offset_s if ours else time.localtime().tm_gmtoff
     by_path = {s.path.resolve(): s for s in sources}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .._errors import InputError
 from .._json import dumps
-from ._notes import plural
+from ._notes import after_reading, plural, warner
 from ._slices import KINDS, WANTED, Slice, SliceBuilder
 from .merge import add_input_arguments, open_inputs
 from .reader import read_records
@@ -90,10 +90,12 @@ def trace_events(slices: list[Slice], hosts: dict[int, str]) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     if args.max_events < 0:
         raise InputError(f"--max-events {args.max_events}: must be 0 (no limit) or more")
-    sources = open_inputs(args)
+    warn = warner("trace")
+    sources = open_inputs(args, warn)
     builder = SliceBuilder()
     for record in read_records(sources, where=WANTED, severities="WEF"):
         builder.add(record)
+    after_reading(sources, warn)
     slices, dropped = limit(builder.finish(), args.max_events)
     hosts: dict[int, str] = {}
     for source in sources:
