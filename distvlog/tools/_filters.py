@@ -63,7 +63,11 @@ def _parse_time(option: str, text: str) -> tuple[str, _dt.datetime]:
 
 
 def _resolve(option: str, text: str, first_local: _dt.datetime) -> _dt.datetime:
-    """A full local time; a time of day (or glog's MMDD) means its first occurrence from the first record."""
+    """A full local time. A time of day is on the first record's date, unless that is more than 12 hours
+    before the first record: then on the next day (a log from 23:50 on, `--since 00:10`). So a time typed
+    just before the first record (`--since 09:25` for a log from 09:25:49) is that day's, not tomorrow's;
+    in a log longer than a day, MMDD or a full date picks the day. glog's MMDD is in the first record's
+    year, or the next."""
     kind, when = _parse_time(option, text)
     if kind == "full":
         return when
@@ -71,7 +75,7 @@ def _resolve(option: str, text: str, first_local: _dt.datetime) -> _dt.datetime:
         when = when.replace(year=first_local.year)
         return when if when >= first_local - _dt.timedelta(days=1) else when.replace(year=first_local.year + 1)
     when = _dt.datetime.combine(first_local.date(), when.time())
-    return when if when >= first_local else when + _dt.timedelta(days=1)
+    return when if when >= first_local - _dt.timedelta(hours=12) else when + _dt.timedelta(days=1)
 
 
 class Select:

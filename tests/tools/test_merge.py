@@ -125,6 +125,20 @@ def test_since_and_until_take_time_of_day_or_a_full_time(tmp_path, cli):
     assert re.findall(r"second (\d)", out) == ["5"]
 
 
+@pytest.mark.parametrize("start, args, kept", [
+    (T0 + 860_000, ["--since", "02:11"], [0, 1, 2]),  # the log starts at 02:11:14.86: that day's 02:11
+    (T0 + 860_000, ["--since", "02:11:14"], [0, 1, 2]),
+    (T0 + 860_000, ["--until", "02:11:14.5"], []),  # before the first record: nothing, not everything
+    (T0 + 860_000, ["--since", "02:11:15.86"], [1, 2]),
+    (T0 - 2 * 3600 * 10**6 - 11 * 60 * 10**6 - 15 * 10**6, ["--since", "00:00"], [1, 2]),  # from 23:59:59: the next day's
+    (T0 - 2 * 3600 * 10**6 - 11 * 60 * 10**6 - 15 * 10**6, ["--until", "23:59:59.5"], [0]),
+])
+def test_a_time_of_day_near_the_first_record_is_on_its_day(tmp_path, cli, start, args, kept):
+    (tmp_path / "rank-0.log").write_text(ours(0, [(start + 10**6 * s, f"I second {s}") for s in range(3)], world=1))
+    code, out, _ = cli("merge", tmp_path, *args)
+    assert code == 0 and re.findall(r"second (\d)", out) == [str(s) for s in kept]
+
+
 def test_merged_output_reads_back_as_the_same_records(tmp_path, cli, glog_run, monkeypatch):
     cli("merge", glog_run, "-o", tmp_path / "m.log")
     original = sorted((r.ts, r.rank, r.event) for r in read_records(open_sources([str(glog_run)])))
