@@ -107,6 +107,7 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
     sources = open_sources(paths, warn=warn)
     logs.ranks = {s.rank for s in sources if s.rank is not None}
     runs: dict[tuple, int] = {}
+    passes: dict[int, dict[Any, int]] = defaultdict(dict)  # rank -> pass id -> its number among the rank's logged
     for rec in read_records(sources, where=_WANTED, severities="EF"):
         logs.ranks.add(rec.rank)  # a merged timeline holds several ranks behind one header
         f = rec.fields
@@ -114,9 +115,11 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
             step = f.get("step")
             logs.errors[(step if isinstance(step, int) else None, error_text(rec.event))].append(rec.rank)
         elif rec.event.startswith("grad_stats"):
-            if "step" not in f:
-                logs.step_source = "backward pass"
-            step = _int(f.get("step", f.get("pass")), -1)
+            if "step" in f:
+                step = _int(f["step"], -1)
+            else:  # no DataParallel: number each rank's logged passes, as an unlogged backward takes a pass id too
+                logs.step_source = "logged backward pass"
+                step = passes[rec.rank].setdefault(f.get("pass"), len(passes[rec.rank]))
             run_key = (rec.rank, f.get("node"), f.get("pass"))
             run = runs.setdefault(run_key, len(runs))
             logs.stats[rec.rank].append(Stat(rec.rank, step, str(f.get("node")), str(f.get("slot")), f.get("site"),
@@ -300,10 +303,13 @@ def _limited(lines: list[str]) -> list[str]:
     return lines[:MAX_LISTED] + ([f"  ... {len(lines) - MAX_LISTED} more"] if len(lines) > MAX_LISTED else [])
 
 
+ALIGNED_BY = {"step": "step", "logged backward pass": "each rank's logged backward passes, counted from 0"}
+
+
 def render_text(r: dict) -> str:
     lines = [f"{plural(len(r['ranks']), 'rank')}, {plural(r['grad_stats'], 'gradient statistic')}, "
              f"{plural(r['allreduces'], 'allreduce')} "
-             f"(aligned by {'step' if r['steps_from'] == 'step' else 'backward pass'})"]
+             f"(aligned by {ALIGNED_BY[r['steps_from']]})"]
     for i, o in enumerate(r["nan_origins"][:MAX_LISTED]):
         note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer is not logged)"
         lines.append(f"{'' if i == 0 else '  then '}NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} "

@@ -139,3 +139,10 @@ def test_outliers_are_aligned_across_shifted_op_counters(tmp_path, capsys):
     code, out = diff(["--json", logs], capsys)
     assert {(o["rank"], o["step"], o["node"]) for o in json.loads(out)["outliers"]} == {
         (1, 1, "matmul2GradNode"), (1, 1, "tanh2GradNode")}
+
+
+def test_without_dataparallel_an_unlogged_backward_does_not_shift_the_steps(tmp_path, capsys):
+    run_dir = scenario(tmp_path, 2, "nodp")  # rank 1 runs an extra backward outside the guard at step 1
+    code, out = diff([run_dir], capsys)
+    assert (code, out) == (0, "2 ranks, 72 gradient statistics, 0 allreduces (aligned by each rank's logged "
+                              "backward passes, counted from 0)\nno divergence found\n")
