@@ -19,6 +19,7 @@ COMMAND_MODULES = ("distvlog.dist.launch", "distvlog.tools.merge", "distvlog.too
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="distvlog", description="Debug data-parallel training from per-rank logs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.set_defaults(commands=sub.choices)  # each command's parser, for its own usage in errors
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # `merge A --rank-of A=0 B`: paths after an option are still paths
         if not hasattr(args, "paths") or any(e.startswith("-") for e in extra):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            args.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
         args.paths += extra
     try:
         return int(args.run(args) or 0)

@@ -150,12 +150,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"-n {args.n}: need at least one rank")
     script = Path(args.script)
     if not script.is_file():
-        raise InputError(f"script {script}: no such file")
+        raise InputError(f"script {script}: {'a directory' if script.is_dir() else 'no such file'}")
     if args.hostfile and not Path(args.hostfile).is_file():
         raise InputError(f"--hostfile {args.hostfile}: no such file")
     launcher = find_launcher(args.mpirun)
     kind = launcher_kind(launcher)
     root = Path(args.log_dir).resolve() if args.log_dir else log_dir().resolve()
+    _check_writable(root, args.log_dir)
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-launch{os.getpid()}"
     libmpi = matching_libmpi(launcher, kind)
     env = {**_rank_env(run_id, root, args.n, local=not args.hostfile), **libmpi}
@@ -166,6 +167,19 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     code = _wait(subprocess.Popen(cmd, env={**os.environ, **env}))
     return report.after_run(root / run_id, args.n, code)
+
+
+def _check_writable(root: Path, given: str | None) -> None:
+    """Refuse a log root the ranks could not write before the job runs (each would log to stderr instead)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        reason = None if os.access(root, os.W_OK | os.X_OK) else "not writable"
+    except FileExistsError:
+        reason = "not a directory"
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    if reason:
+        raise InputError(f"{'--log-dir ' + given if given else 'log directory ' + str(root)}: {reason}")
 
 
 def _wait(proc: subprocess.Popen) -> int:

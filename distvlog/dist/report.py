@@ -42,7 +42,8 @@ def after_run(run_dir: Path, ranks: int, code: int) -> int:
     """Report on a finished job; the exit code is the job's (1 if it exited 0 but a rank logged F)."""
     files = sorted(run_dir.glob("rank-*")) if run_dir.is_dir() else []
     if not files:  # a script that never logs is not a failure: the job's own exit code stands
-        _say(f"no rank wrote a log file under {run_dir}: nothing to merge")
+        _say(f"no rank wrote a log file under {run_dir}: nothing to merge"
+             + (f" (the job exited with code {code})" if code else ""))
         return code
     try:
         failed = fatal_records(run_dir)

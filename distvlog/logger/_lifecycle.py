@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -22,6 +23,8 @@ from ._sink import SINK, RankFile
 
 
 _PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "")  # distvlog/
+_LIBRARY_DIRS = ("<frozen ",) + tuple(os.path.join(sysconfig.get_path(kind), "")
+                                      for kind in ("stdlib", "platstdlib", "purelib", "platlib"))
 FLUSH_INTERVAL_S = _env.read("DISTVLOG_FLUSH_INTERVAL", _env.seconds, 0.5)
 _timer_pid: int | None = None
 _signals_installed = False
@@ -152,9 +155,13 @@ def _on_open(_sink: RankFile) -> None:
 
 
 def _raising_line(exc: BaseException | None, tb: Any) -> traceback.FrameSummary | None:
-    """Where the failure started, in the user's code: the innermost frame outside distvlog of the exception
-    and of the causes it was raised `from` (the backward engine re-raises a hook's or an op's error as a
-    BackwardError); the innermost frame when all of them are distvlog's."""
+    """Where the failure started, in the user's code: the innermost frame of the exception and of the causes
+    it was raised `from` (the backward engine re-raises a hook's or an op's error as a BackwardError) that is
+    the user's: not distvlog's, not the standard library's or an installed package's (argparse's exit, a
+    numpy error: the user's call is the line to name), else one outside distvlog, else the innermost.
+    A SyntaxError's line is the one it names."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return traceback.FrameSummary(exc.filename, exc.lineno or 0, "<module>")
     frames = traceback.extract_tb(tb)
     seen: set[int] = set()
     while exc is not None and exc.__cause__ is not None and exc.__cause__.__traceback__ is not None \
@@ -163,7 +170,8 @@ def _raising_line(exc: BaseException | None, tb: Any) -> traceback.FrameSummary 
         exc = exc.__cause__
         frames += traceback.extract_tb(exc.__traceback__)
     outside = [frame for frame in frames if not frame.filename.startswith(_PACKAGE_DIR)]
-    return (outside or frames)[-1] if frames else None
+    users = [frame for frame in outside if not frame.filename.startswith(_LIBRARY_DIRS)]
+    return (users or outside or frames)[-1] if frames else None
 
 
 def log_failure(event: str, exc: BaseException | None, tb: Any, fatal: bool = True) -> None:

@@ -106,13 +106,14 @@ def test_a_script_that_never_logs_keeps_its_exit_code(run_cli, tmp_path):
     (["-n", "0", TRAIN], "-n 0: need at least one rank"),
     (["-n", "2", "--mpirun", "no-such-mpirun", TRAIN], "--mpirun no-such-mpirun: not found"),
     (["-n", "2", "--hostfile", "no_such_hosts", TRAIN], "--hostfile no_such_hosts: no such file"),
+    (["-n", "2", "/"], "script /: a directory"),
+    (["-n", "2", "--log-dir", TRAIN, TRAIN], f"--log-dir {TRAIN}: not a directory"),  # checked before the job
 ])
 def test_bad_input_is_one_line_and_exit_2(run_cli, args, message):
     proc = run_cli("launch", *args)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"distvlog launch: error: {message}"), proc.stderr
-
 
 
 HUNG = """

@@ -170,6 +170,26 @@ def test_an_exception_raised_inside_distvlog_is_located_at_the_users_call(script
     assert any(line.startswith('  File "') and "/distvlog/" in line for line in last.more)  # the whole traceback
 
 
+IN_A_LIBRARY = '''
+import json
+import distvlog.logger as dlog
+dlog.get_logger().info("started")
+json.loads("{")  # @call
+'''
+
+
+def test_an_exception_raised_inside_a_library_is_located_at_the_users_call(scripts):
+    last = scripts.run(IN_A_LIBRARY, rc=1).records()[-1]
+    assert (last.severity, last.file, last.line) == ("F", "script.py", line_of(IN_A_LIBRARY, "call"))
+    assert last.more[-1].startswith("json.decoder.JSONDecodeError")
+
+
+def test_a_syntax_error_is_located_at_its_line(scripts):
+    scripts.write("x = 1\ndef broken(:\n", name="broken.py")
+    last = scripts.run("import distvlog.logger\nimport broken\n", rc=1).records()[-1]
+    assert (last.severity, last.file, last.line) == ("F", "broken.py", 2)
+
+
 THREAD = '''
 import threading
 import distvlog.logger as dlog
