@@ -9,6 +9,7 @@ and reports, in order of usefulness:
 - errors: E and F records (an unhandled exception, DataParallel's debug checks), by rank and step;
 - desync: ranks whose backward ran a different node sequence in a step than the other ranks;
 - collectives: allreduces whose result differs across ranks, or that some rank began and never finished;
+- log ends: ranks whose logs stop at an earlier step than the others' (killed, hung, records lost);
 - outliers: a rank whose gradient norm is more than `--outlier-factor` times off the ranks' median.
 
 Exit 0 when nothing is found (the report names any check the logs could not support), 1 when something is
@@ -74,6 +75,7 @@ class Logs:
     params: dict[tuple, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))  # (step, b, param)
     errors: dict[tuple, list[int]] = field(default_factory=lambda: defaultdict(list))  # (step, message) -> ranks
     ranks: set[int] = field(default_factory=set)
+    last_step: dict[int, int] = field(default_factory=dict)  # rank -> the last step its grad_stats/allreduces reach
     step_source: str = "step"
 
 
@@ -120,6 +122,7 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
             else:  # no DataParallel: number each rank's logged passes, as an unlogged backward takes a pass id too
                 logs.step_source = "logged backward pass"
                 step = passes[rec.rank].setdefault(f.get("pass"), len(passes[rec.rank]))
+            logs.last_step[rec.rank] = max(step, logs.last_step.get(rec.rank, step))
             run_key = (rec.rank, f.get("node"), f.get("pass"))
             run = runs.setdefault(run_key, len(runs))
             logs.stats[rec.rank].append(Stat(rec.rank, step, str(f.get("node")), str(f.get("slot")), f.get("site"),
@@ -127,6 +130,7 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
                                              run))
         elif "bucket" in f and "step" in f:
             key = (_int(f["step"]), _int(f["bucket"]))
+            logs.last_step[rec.rank] = max(key[0], logs.last_step.get(rec.rank, key[0]))
             if rec.event.startswith("allreduce begin"):
                 logs.begun[key].add(rec.rank)
             elif rec.event.startswith("allreduce end"):
@@ -192,21 +196,49 @@ def errors(logs: Logs) -> list[dict]:
     return sorted(found, key=lambda e: (e["step"] is None, e["step"] or 0, e["ranks"][0]))
 
 
+def log_ends(logs: Logs) -> list[dict]:
+    """Ranks whose logs stop at an earlier step than the others' (killed, hung, or their last records never
+    written), grouped by the step they stop at. Desync leaves the steps a rank's logs never reach alone."""
+    if not logs.last_step:
+        return []
+    end = max(logs.last_step.values())
+    stopped: dict[int, list[int]] = defaultdict(list)
+    for rank, step in sorted(logs.last_step.items()):
+        stopped[step].append(rank)
+    return [{"ranks": ranks, "step": step, "others": stopped[end], "others_step": end}
+            for step, ranks in sorted(stopped.items()) if step < end]
+
+
+def _stops_in(logs: Logs, rank: int, step: int) -> bool:
+    """Whether the rank's logs stop inside this step: its last, and either others' logs go further or the
+    rank never finished all of the step's allreduces (without those, the last step of a run is complete)."""
+    if logs.last_step[rank] != step:
+        return False
+    return step < max(logs.last_step.values()) or any(
+        key[0] == step and rank not in logs.ended.get(key, {}) for key in logs.begun.keys() | logs.ended.keys())
+
+
+def _cut_short(seq: tuple, other: tuple, ranks: list[int], step: int, logs: Logs) -> bool:
+    """Whether `seq` is `other` with its end missing because the logs of `ranks` stop in this step."""
+    return len(seq) < len(other) and other[:len(seq)] == seq and all(_stops_in(logs, r, step) for r in ranks)
+
+
 def desync(logs: Logs) -> list[dict]:
     """For each rank that ran a different backward than the majority: its first differing step."""
     seqs = _sequences(logs)
     steps = sorted({step for per_rank in seqs.values() for step in per_rank})
     out: dict[int, dict] = {}
     for step in steps:
-        ranks = sorted(seqs)
         groups: dict[tuple, list[int]] = defaultdict(list)  # ops run -> ranks
-        for rank in ranks:
-            groups[tuple(s.op for s in seqs[rank].get(step, ()))].append(rank)
+        for rank in sorted(seqs):
+            if logs.last_step[rank] >= step:  # a rank whose logs end earlier is no evidence of a different graph
+                groups[tuple(s.op for s in seqs[rank].get(step, ()))].append(rank)
         if len(groups) < 2:
             continue
         reference, ref_ranks = max(groups.items(), key=lambda kv: (len(kv[1]), -kv[1][0]))
         for seq, members in groups.items():
-            if seq == reference:
+            if seq == reference or _cut_short(seq, reference, members, step, logs) \
+                    or _cut_short(reference, seq, ref_ranks, step, logs):
                 continue
             for rank in members:
                 if rank in out:
@@ -225,15 +257,18 @@ def _node_at(nodes: list[Stat], i: int) -> str | None:
 
 
 def collectives(logs: Logs) -> list[dict]:
-    """Allreduces whose results differ across ranks, or that some rank began and never finished."""
+    """Allreduces whose results differ across ranks, or that not every rank finished: some began it and never
+    finished, some never began it (of the ranks that log allreduces at all)."""
     out = []
-    for key in sorted(set(logs.begun) | set(logs.ended)):
+    keys = set(logs.begun) | set(logs.ended)
+    reducing = set().union(*logs.begun.values(), *(e.keys() for e in logs.ended.values()))
+    for key in sorted(keys):
         step, bucket = key
         begun, ended = logs.begun.get(key, set()), logs.ended.get(key, {})
-        unfinished = sorted((begun | logs.ranks) - set(ended)) if ended or begun else []
-        if begun and unfinished:
+        not_finished, not_begun = sorted(begun - set(ended)), sorted(reducing - begun - set(ended))
+        if not_finished or not_begun:
             out.append({"kind": "unfinished", "step": step, "bucket": bucket, "began": sorted(begun),
-                        "not_begun": sorted(logs.ranks - begun), "not_finished": unfinished})
+                        "not_finished": not_finished, "not_begun": not_begun})
         values = defaultdict(list)
         for rank, checksum in ended.items():
             values[checksum].append(rank)
@@ -284,9 +319,9 @@ def analyse(logs: Logs, factor: float) -> dict:
     report = {"ranks": sorted(logs.ranks), "steps_from": logs.step_source,
               "grad_stats": sum(len(s) for s in logs.stats.values()), "allreduces": len(logs.ended),
               "nan_origin": origins[0] if origins else None, "nan_origins": origins, "errors": errors(logs),
-              "desync": desync(logs),
-              "collectives": collectives(logs), "outliers": outliers(logs, factor), "not_checked": not_checked(logs)}
-    report["found"] = bool(origins or report["errors"] or report["desync"] or report["collectives"] or report["outliers"])
+              "desync": desync(logs), "collectives": collectives(logs), "log_ends": log_ends(logs),
+              "outliers": outliers(logs, factor), "not_checked": not_checked(logs)}
+    report["found"] = any(report[k] for k in ("nan_origins", "errors", "desync", "collectives", "log_ends", "outliers"))
     report["clean"] = not report["found"] and not report["not_checked"]
     return report
 
@@ -306,6 +341,21 @@ def _limited(lines: list[str]) -> list[str]:
 ALIGNED_BY = {"step": "step", "logged backward pass": "each rank's logged backward passes, counted from 0"}
 
 
+def _unfinished_lines(unfinished: list[dict]) -> list[str]:
+    """One line per step and outcome, naming its buckets: a rank stuck in a step leaves them all alike."""
+    buckets: dict[tuple, list[int]] = defaultdict(list)
+    for c in unfinished:
+        buckets[(c["step"], tuple(c["not_finished"]), tuple(c["not_begun"]))].append(c["bucket"])
+    lines = []
+    for (step, not_finished, not_begun), numbers in buckets.items():
+        it = "them" if len(numbers) > 1 else "it"
+        what = [f"{ranks_text(not_finished)} began {it} and never finished"] if not_finished else []
+        what += [f"{ranks_text(not_begun)} never began {it}"] if not_begun else []
+        lines.append(f"allreduce step {step} bucket{'s' if len(numbers) > 1 else ''} {','.join(map(str, numbers))}: "
+                     + "; ".join(what))
+    return lines
+
+
 def render_text(r: dict) -> str:
     lines = [f"{plural(len(r['ranks']), 'rank')}, {plural(r['grad_stats'], 'gradient statistic')}, "
              f"{plural(r['allreduces'], 'allreduce')} "
@@ -321,14 +371,14 @@ def render_text(r: dict) -> str:
         lines.append(f"desync: rank {d['rank']} step {d['step']} node #{d['position']}: {what}"
                      f" ({d['steps']} step{'s' if d['steps'] > 1 else ''} differ)")
     for c in r["collectives"]:
-        if c["kind"] == "unfinished":
-            lines.append(f"allreduce step {c['step']} bucket {c['bucket']}: begun by {ranks_text(c['began'])}, "
-                         f"never finished by {ranks_text(c['not_finished'])}")
-        else:
+        if c["kind"] == "mismatch":
             groups = sorted(c["checksums"].values(), key=len, reverse=True)
             params = f" (parameters {', '.join(c['params'])})" if c["params"] else ""
             lines.append(f"allreduce step {c['step']} bucket {c['bucket']}: result differs on "
                          f"{ranks_text(r for g in groups[1:] for r in g)} from {ranks_text(groups[0])}{params}")
+    lines += _limited(_unfinished_lines([c for c in r["collectives"] if c["kind"] == "unfinished"]))
+    lines += _limited([f"the logs of {ranks_text(e['ranks'])} end at step {e['step']} ("
+                       f"those of {ranks_text(e['others'])} go on to step {e['others_step']})" for e in r["log_ends"]])
     lines += _limited([f"outlier: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: norm "
                        f"{o['norm']:.4g}, median over ranks {o['median']:.4g}" for o in r["outliers"]])
     lines += [f"not checked: {', '.join(n['checks'])}: {n['why']}" for n in r["not_checked"]]

@@ -8,12 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
-from test_diff import backward, launch, stat, write_logs
+from test_diff import allreduce, backward, launch, stat, write_logs
 
 from distvlog.cli import main
 
 # python scenario.py MODE [GUARD_LEVEL]: rank 1 misbehaves at step BAD.
 SCENARIO = r'''
+import os
 import sys
 import numpy as np
 import distvlog as dv
@@ -44,10 +45,21 @@ class Net(dv.nn.Layer):
 
 dv.seed(0)
 net = Net()
-model = net if mode == "nodp" else dv.DataParallel(net)
+model = net if mode == "nodp" else dv.DataParallel(net, comm_buffer_size=0.0002, overlap=mode == "die")
+state = {"step": 0}
+
+
+def die(param):  # fc1 is reached last in backward: its allreduce and fc2's have begun
+    if mode == "die" and rank == 1 and state["step"] == 2:
+        dv.flush()
+        os._exit(3)
+
+
+net.fc1.weight.register_post_accumulate_grad_hook(die)
 opt = dv.optim.SGD(learning_rate=0.01, parameters=model.parameters())
 rng = np.random.default_rng(rank)
 for step in range(STEPS):
+    state["step"] = step
     x = rng.normal(size=(4, 8)).astype("float32")
     if mode == "skipnan" and rank == 1 and step == BAD:
         x[0, 0] = np.nan
@@ -146,3 +158,23 @@ def test_without_dataparallel_an_unlogged_backward_does_not_shift_the_steps(tmp_
     code, out = diff([run_dir], capsys)
     assert (code, out) == (0, "2 ranks, 72 gradient statistics, 0 allreduces (aligned by each rank's logged "
                               "backward passes, counted from 0)\nno divergence found\n")
+
+
+def test_a_rank_that_dies_mid_backward_is_no_desync(tmp_path, capsys):
+    run_dir = scenario(tmp_path, 2, "die", fails=True)  # rank 1 exits in step 2, after its first allreduces began
+    code, out = diff([run_dir], capsys)
+    assert code == 1
+    assert "desync" not in out, out
+    # which of its step-2 records a rank wrote before the end depends on when each was stopped
+    assert re.search(r"^allreduce step 2 buckets? [\d,]+: ranks? [\d,]+ began (it|them) and never finished", out,
+                     re.M), out
+
+
+def test_logs_that_end_early_and_allreduces_a_rank_never_began(tmp_path, capsys):
+    done = [line for step in (0, 1) for line in backward(step) + allreduce(step, 0, "aaaa")]
+    stuck = backward(0) + allreduce(0, 0, "aaaa") + backward(1) + allreduce(1, 0, None)
+    logs = write_logs(tmp_path, {0: stuck, 1: backward(0) + allreduce(0, 0, "aaaa"), 2: stuck, 3: done})
+    code, out = diff([logs], capsys)
+    assert (code, out.splitlines()[1:]) == (1, [
+        "allreduce step 1 bucket 0: ranks 0,2 began it and never finished; rank 1 never began it",
+        "the logs of rank 1 end at step 0 (those of ranks 0,2,3 go on to step 1)"])
