@@ -74,8 +74,11 @@ class Logger(structlog.BoundLoggerBase):
 
     def vlog(self, level: int, event: Any = None, **fields: Any) -> None:
         """glog's VLOG(level): logged when the module's verbosity is at least `level`."""
-        if level > _rules.ceiling or level > _rules.level_for(self._logger.name):
-            return
+        try:
+            if level > _rules.ceiling or level > _rules.level_for(self._logger.name):
+                return
+        except TypeError:  # (a try costs nothing on the disabled path; a check would)
+            raise TypeError(f"vlog: the level must be an int, got {type(level).__name__} {level!r}") from None
         self._vlog(event, v=level, **fields)
 
     def vlog_at(self, level: int, event: Any = None, **fields: Any) -> None:

@@ -25,6 +25,12 @@ def _check_level(level: object, what: str) -> int:
     return level
 
 
+def _check_pattern(pattern: object) -> str:
+    if not isinstance(pattern, str) or not pattern:
+        raise TypeError(f"a vmodule pattern must be a module name or glob (a non-empty str), got {pattern!r}")
+    return pattern
+
+
 class Rules:
     """A global level plus `glob=level` patterns (first match wins): matched on a module's basename, as glog
     matches file basenames, or on its whole dotted name when the pattern has a dot (`distvlog.dist.*`)."""
@@ -60,7 +66,7 @@ class Rules:
         if isinstance(spec, str):
             spec = parse_vmodule(spec)
         if isinstance(spec, Mapping):
-            new = tuple((str(p), _check_level(lvl, f"vmodule level for {p!r}")) for p, lvl in spec.items())
+            new = tuple((_check_pattern(p), _check_level(lvl, f"vmodule level for {p!r}")) for p, lvl in spec.items())
             kept = tuple(item for item in self.patterns if item[0] not in dict(new))
             return Rules(self.level, new + kept)
         return Rules(_check_level(spec, "verbosity level"), self.patterns)

@@ -122,6 +122,7 @@ def test_bad_environment_values_are_named_and_skipped(monkeypatch, env_warnings,
     (True, TypeError, "verbosity level must be an int, got bool True"),
     (None, TypeError, "verbosity level must be an int, got NoneType None"),
     ({"engine": "5"}, TypeError, "vmodule level for 'engine' must be an int, got str '5'"),
+    ({5: 5}, TypeError, "a vmodule pattern must be a module name or glob (a non-empty str), got 5"),
 ])
 def test_bad_levels_at_run_time_change_nothing(fresh_rules, spec, error, message):
     set_vlog_level("keep=2")
@@ -132,6 +133,11 @@ def test_bad_levels_at_run_time_change_nothing(fresh_rules, spec, error, message
         with vlog_guard(spec):
             pass
     assert fresh_rules._process is before and fresh_rules.ceiling == 2
+
+
+def test_a_vlog_level_that_is_not_an_int_is_named(fresh_rules):
+    with pytest.raises(TypeError, match=re.escape("vlog: the level must be an int, got str 'a'")):
+        get_logger("tests.rules.train").vlog("a", "message")
 
 
 def test_set_vlog_level_at_run_time(fresh_rules):
