@@ -224,31 +224,47 @@ def _cut_short(seq: tuple, other: tuple, ranks: list[int], step: int, logs: Logs
 
 
 def desync(logs: Logs) -> list[dict]:
-    """For each rank that ran a different backward than the majority: its first differing step."""
+    """For each rank that ran a different backward than the majority: its first differing step. When no
+    majority says which is odd (2 ranks, a 2-2 split), one entry per split naming every side."""
     seqs = _sequences(logs)
     steps = sorted({step for per_rank in seqs.values() for step in per_rank})
-    out: dict[int, dict] = {}
+    out: dict[Any, dict] = {}  # rank (or the split's groups) -> its entry
     for step in steps:
         groups: dict[tuple, list[int]] = defaultdict(list)  # ops run -> ranks
         for rank in sorted(seqs):
             if logs.last_step[rank] >= step:  # a rank whose logs end earlier is no evidence of a different graph
                 groups[tuple(s.op for s in seqs[rank].get(step, ()))].append(rank)
-        if len(groups) < 2:
+        # the start of another's sequence, cut short because these ranks' logs stop here, agrees with it
+        ordered = sorted(((seq, ranks) for seq, ranks in groups.items()
+                          if not any(_cut_short(seq, other, ranks, step, logs) for other in groups)),
+                         key=lambda kv: (-len(kv[1]), kv[1][0]))
+        if len(ordered) < 2:
             continue
-        reference, ref_ranks = max(groups.items(), key=lambda kv: (len(kv[1]), -kv[1][0]))
-        for seq, members in groups.items():
-            if seq == reference or _cut_short(seq, reference, members, step, logs) \
-                    or _cut_short(reference, seq, ref_ranks, step, logs):
-                continue
+        reference, ref_ranks = ordered[0]
+        if len(ordered[1][1]) == len(ref_ranks):  # no majority
+            key = tuple(tuple(ranks) for _, ranks in ordered)
+            if key not in out:
+                at = min(_first_difference(seq, reference) for seq, _ in ordered[1:])
+                out[key] = {"kind": "no majority", "ranks": sorted(r for _, ranks in ordered for r in ranks),
+                            "step": step, "position": at, "steps": 0,
+                            "groups": [{"ranks": ranks, "ran": _node_at(seqs[ranks[0]][step], at), "nodes": len(seq)}
+                                       for seq, ranks in ordered]}
+            out[key]["steps"] += 1
+            continue
+        for seq, members in ordered[1:]:
             for rank in members:
-                if rank in out:
-                    out[rank]["steps"] += 1
-                    continue
-                at = next((i for i, (a, b) in enumerate(zip(seq, reference)) if a != b), min(len(seq), len(reference)))
-                out[rank] = {"rank": rank, "step": step, "position": at, "ran": _node_at(seqs[rank][step], at),
-                             "others_ran": _node_at(seqs[ref_ranks[0]][step], at),
-                             "nodes": len(seq), "others_nodes": len(reference), "others": ref_ranks, "steps": 1}
-    return sorted(out.values(), key=lambda d: (d["step"], d["rank"]))
+                if rank not in out:
+                    at = _first_difference(seq, reference)
+                    out[rank] = {"kind": "odd rank", "rank": rank, "step": step, "position": at,
+                                 "ran": _node_at(seqs[rank][step], at),
+                                 "others_ran": _node_at(seqs[ref_ranks[0]][step], at), "nodes": len(seq),
+                                 "others_nodes": len(reference), "others": ref_ranks, "steps": 0}
+                out[rank]["steps"] += 1
+    return sorted(out.values(), key=lambda d: (d["step"], d.get("rank", -1)))
+
+
+def _first_difference(seq: tuple, other: tuple) -> int:
+    return next((i for i, (a, b) in enumerate(zip(seq, other)) if a != b), min(len(seq), len(other)))
 
 
 def _node_at(nodes: list[Stat], i: int) -> str | None:
@@ -356,6 +372,19 @@ def _unfinished_lines(unfinished: list[dict]) -> list[str]:
     return lines
 
 
+def _desync_line(d: dict) -> str:
+    steps = f"({d['steps']} step{' differs' if d['steps'] == 1 else 's differ'})"
+    if d["kind"] == "no majority":
+        named = all(g["ran"] for g in d["groups"])
+        sides = ", ".join(f"{ranks_text(g['ranks'])} ran {g['ran'] if named else str(g['nodes']) + ' nodes'}"
+                          for g in d["groups"])
+        return (f"desync: {ranks_text(d['ranks'])} differ at step {d['step']} node #{d['position']}, no majority says "
+                f"which is off: {sides} {steps}")
+    what = (f"ran {d['ran']} where {ranks_text(d['others'])} ran {d['others_ran']}" if d["ran"] and d["others_ran"]
+            else f"ran {d['nodes']} nodes where {ranks_text(d['others'])} ran {d['others_nodes']}")
+    return f"desync: rank {d['rank']} step {d['step']} node #{d['position']}: {what} {steps}"
+
+
 def render_text(r: dict) -> str:
     lines = [f"{plural(len(r['ranks']), 'rank')}, {plural(r['grad_stats'], 'gradient statistic')}, "
              f"{plural(r['allreduces'], 'allreduce')} "
@@ -365,11 +394,7 @@ def render_text(r: dict) -> str:
         lines.append(f"{'' if i == 0 else '  then '}NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} "
                      f"{o['slot']}{_where(o)}: {o['nan']} NaN, {o['inf']} Inf{note}")
     lines += _limited([f"error: {ranks_text(e['ranks'])}{_step(e['step'])}: {e['message']}" for e in r["errors"]])
-    for d in r["desync"]:
-        what = (f"ran {d['ran']} where {ranks_text(d['others'])} ran {d['others_ran']}" if d["ran"] and d["others_ran"]
-                else f"ran {d['nodes']} nodes where {ranks_text(d['others'])} ran {d['others_nodes']}")
-        lines.append(f"desync: rank {d['rank']} step {d['step']} node #{d['position']}: {what}"
-                     f" ({d['steps']} step{'s' if d['steps'] > 1 else ''} differ)")
+    lines += _limited([_desync_line(d) for d in r["desync"]])
     for c in r["collectives"]:
         if c["kind"] == "mismatch":
             groups = sorted(c["checksums"].values(), key=len, reverse=True)

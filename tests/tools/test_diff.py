@@ -82,7 +82,7 @@ def test_desync_names_the_rank_step_and_node(tmp_path, capsys):
     logs = write_logs(tmp_path, {0: backward(0) + backward(1), 1: backward(0) + backward(1, "add3GradNode"),
                                  2: backward(0) + backward(1)})
     assert main(["diff", logs]) == 1
-    assert ("desync: rank 1 step 1 node #2: ran 3 nodes where ranks 0,2 ran 2 (1 step differ)"
+    assert ("desync: rank 1 step 1 node #2: ran 3 nodes where ranks 0,2 ran 2 (1 step differs)"
             in capsys.readouterr().out)
 
 

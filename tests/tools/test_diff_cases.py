@@ -140,7 +140,7 @@ def test_one_missing_op_is_one_step_of_desync_not_every_later_one(tmp_path, caps
     code, out = diff([run_dir], capsys)
     assert code == 1
     assert re.search(r"^desync: rank 1 step 1 node #1: ran relu2GradNode where ranks 0,2,3 ran multiply2GradNode "
-                     r"\(1 step differs?\)$", out, re.M), out
+                     r"\(1 step differs\)$", out, re.M), out
     assert out.count("\n") == 2, out
 
 
@@ -178,3 +178,14 @@ def test_logs_that_end_early_and_allreduces_a_rank_never_began(tmp_path, capsys)
     assert (code, out.splitlines()[1:]) == (1, [
         "allreduce step 1 bucket 0: ranks 0,2 began it and never finished; rank 1 never began it",
         "the logs of rank 1 end at step 0 (those of ranks 0,2,3 go on to step 1)"])
+
+
+def test_two_ranks_that_differ_are_both_named(tmp_path, capsys):
+    run_dir = scenario(tmp_path, 2, "skip")
+    code, out = diff([run_dir], capsys)
+    assert code == 1
+    assert re.search(r"^desync: ranks 0,1 differ at step 1 node #1, no majority says which is off: rank 0 ran "
+                     r"multiply2GradNode, rank 1 ran relu2GradNode \(1 step differs\)$", out, re.M), out
+    code, out = diff(["--json", run_dir], capsys)
+    (entry,) = json.loads(out)["desync"]
+    assert [g["ranks"] for g in entry["groups"]] == [[0], [1]] and entry["kind"] == "no majority"
