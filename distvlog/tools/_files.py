@@ -72,12 +72,16 @@ def _expand(arg: str) -> list[Path]:
 
 
 def resolve_inputs(args: list[str]) -> list[InputFile]:
-    """The files the PATH arguments name, each once, in argument order (a directory's files by name)."""
-    seen: set[Path] = set()
+    """The files the PATH arguments name, each once (through links too), in argument order (a directory's
+    files by name)."""
+    seen: set = set()
     paths: list[Path] = []
     for arg in args:
         for path in _expand(arg):
-            key = path.resolve()
+            try:
+                key: object = (path.stat().st_dev, path.stat().st_ino)
+            except OSError:
+                key = path.resolve()
             if key not in seen:
                 seen.add(key)
                 paths.append(path)

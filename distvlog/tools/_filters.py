@@ -91,6 +91,9 @@ class Select:
             raise InputError(f"--grep {args.grep!r}: not a valid regular expression ({exc})") from None
         self.node = re.compile(fnmatch.translate(args.node)) if args.node else None
         self._times = (args.since, args.until)
+        for option, text in zip(("--since", "--until"), self._times):
+            if text:
+                _parse_time(option, text)  # a typo is an error before the inputs are read (and warned about)
         self.since = self.until = None
 
     def prepare(self, first_ts: int | None, utc_offset_s: int) -> None:

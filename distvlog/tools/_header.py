@@ -56,6 +56,26 @@ def meta_from_json(obj: dict[str, Any]) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) and "rank" in meta else None
 
 
+def metas_in(text: bytes) -> list[dict[str, Any]]:
+    """The metadata of every `distvlog-meta` record among the whole lines of `text` (glog or JSON lines):
+    a rank file's own, or those of the ranks in a merged timeline (their first records: near its start)."""
+    out = []
+    at = text.find(META_EVENT)
+    while at >= 0 and (end := text.find(b"\n", at)) >= 0:
+        line = text[text.rfind(b"\n", 0, at) + 1:end].rstrip(b"\r")
+        at = text.find(META_EVENT, end)
+        meta = meta_from_glog(line)
+        if meta is None and line.lstrip().startswith(b"{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            meta = meta_from_json(obj) if isinstance(obj, dict) else None
+        if meta is not None:
+            out.append(meta)
+    return out
+
+
 def _slot(text: Any) -> tuple[float, int] | None:
     """(offset µs, measured at µs) from a clock slot "<offset> <uncertainty> <ts>", None when blank."""
     parts = str(text or "").split()

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .._errors import InputError
-from . import _header, _jsonlblock
+from . import _header, _jsonlblock, _runs
 from ._arena import SLOT_BYTES, Slot, plain_alloc
 from ._block import Block, Counts
 from ._files import BadFile, InputFile, open_input, parse_rank_of, rank_given, resolve_inputs
@@ -50,6 +50,7 @@ class Source:
         self.counts = Counts()
         self._stream_done = self._done = False
         self.meta: dict | None = None
+        self.metas: list[dict] = []
         self.host: str | None = None
         self.utc_offset_s: int | None = None  # None until open_sources picks one for a foreign file
         self.clock = _header.Clock()
@@ -71,6 +72,7 @@ class Source:
         n = self._fill(first, 0, HEAD_BYTES)
         self._head, self._opening = first[:n], False
         self.kind = "jsonl" if first[:n].tobytes().lstrip()[:1] == b"{" else "glog"
+        self.metas = _header.metas_in(first[:n].tobytes())  # which processes' records it holds (see _runs)
         explicit = rank_given(rank_of, self.path)
         (self._open_jsonl if self.kind == "jsonl" else self._open_glog)(first[:n + PAD], n, explicit)
         if self.meta:
@@ -218,33 +220,15 @@ def open_sources(paths: list[str], *, rank_of: dict[str, int] | None = None, clo
                  warn: Warn = ignore) -> list[Source]:
     """The input files named by PATH arguments, opened, in (rank, argument order).
 
-    A file that cannot be read as a log (empty, damaged, not a log) is skipped with a warning when others
-    can be: a user debugging a crashed run wants the ranks that did write. Foreign files take the time zone
-    of our files (they ran on the same cluster), else this machine's. A forked child's file
-    (rank-R.<pid>.log) takes its parent's clock offset.
+    Foreign files take the time zone of our files (they ran on the same cluster), else this machine's.
+    A forked child's file (rank-R.<pid>.log) takes its parent's clock offset.
     """
     rank_of = rank_of or {}
     files = resolve_inputs(paths)
     for key in rank_of:
         if not any(rank_given({key: 0}, f.path) is not None for f in files):
             raise InputError(f"--rank-of {key}: not one of the input files")
-    sources: list[Source] = []
-    unusable: list[str] = []
-    try:
-        for order, file in enumerate(files):
-            try:
-                sources.append(Source(file, order, rank_of, clock_correction))
-            except BadFile as exc:
-                unusable.append(str(exc))
-    except InputError:
-        for source in sources:
-            source.close()
-        raise
-    if not sources:
-        raise InputError(unusable[0] if len(unusable) == 1 else f"no usable input file: {'; '.join(unusable[:3])}"
-                         + (f"; {len(unusable) - 3} more" if len(unusable) > 3 else ""))
-    for text in unusable:
-        warn(f"{text}; skipping it")
+    sources = _open_all(files, rank_of, clock_correction, warn)
     ours = sorted((s for s in sources if s.meta), key=lambda s: s.rank)
     zone = ours[0].utc_offset_s if ours else time.localtime().tm_gmtoff
     by_path = {s.path.resolve(): s for s in sources}
@@ -255,6 +239,31 @@ def open_sources(paths: list[str], *, rank_of: dict[str, int] | None = None, clo
         if parent is not None and parent.clock:
             source.clock = parent.clock
     sources.sort(key=lambda s: (s.rank if s.rank is not None else 1 << 62, s.order))
+    return sources
+
+
+def _open_all(files: list[InputFile], rank_of: dict[str, int], clock_correction: bool, warn: Warn) -> list[Source]:
+    """The files that can be read as logs, opened, and checked to fit together (see _runs). A file that cannot
+    (empty, damaged, not a log) is skipped with a warning when others can: a user debugging a crashed run
+    wants the ranks that did write."""
+    sources: list[Source] = []
+    unusable: list[str] = []
+    try:
+        for order, file in enumerate(files):
+            try:
+                sources.append(Source(file, order, rank_of, clock_correction))
+            except BadFile as exc:
+                unusable.append(str(exc))
+        if not sources:
+            raise InputError(unusable[0] if len(unusable) == 1 else f"no usable input file: {'; '.join(unusable[:3])}"
+                             + (f"; {len(unusable) - 3} more" if len(unusable) > 3 else ""))
+        for text in unusable:
+            warn(f"{text}; skipping it")
+        _runs.check(sources, warn)
+    except BaseException:
+        for source in sources:
+            source.close()
+        raise
     return sources
 
 

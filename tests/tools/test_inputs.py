@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -46,6 +50,7 @@ def test_damaged_rank_files_are_skipped_with_a_warning_naming_each(tmp_path, cli
     assert code != 2 and warnings == [
         f"{run}/rank-2.log: not a glog or JSON-lines log (no line starts a record); skipping it",
         f"{run}/rank-3.log: empty file; skipping it",
+        "no log read from ranks 2-3 of 4",
         f"no records in {run}/rank-1.jsonl: 1 line skipped (1 truncated last line)",
     ] + ([] if tool == "merge" else ["1 line skipped (1 truncated last line)"])  # merge's summary says it
     if tool == "merge":
@@ -70,3 +75,54 @@ def test_no_records_at_all_is_unusable_input_for_every_tool(tmp_path, cli, glog_
     code, out, err = cli(*tool.split(), run, *(["-o", tmp_path / "out"] if tool == "trace" else []))
     assert (code, out, err) == (2, "", f"distvlog {tool.split()[0]}: error: {message.format(run=run)}\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_one_processes_records_in_two_files_are_refused(tmp_path, cli, glog_run):
+    cli("merge", glog_run, "-o", tmp_path / "timeline.log")
+    code, out, err = cli("merge", glog_run / "rank-0.log", glog_run / "rank-1.log", tmp_path / "timeline.log")
+    rank = int(re.search(r"rank-(\d)\.log and ", err).group(1))  # the first of the two ranks in the timeline's head
+    assert (code, out) == (2, "") and err == (
+        f"distvlog merge: error: {glog_run}/rank-{rank}.log and {tmp_path}/timeline.log both hold the records of rank "
+        f"{rank} (pid {_pid(glog_run / f'rank-{rank}.log')}) of run glogrun: they would be read twice; give only one "
+        "of the two\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank-0.log").write_text(ours(0, [(T0, "I x")], world=1))
+    with gzip.open(run / "rank-0.log.gz", "wt") as f:  # a compressed copy left next to it
+        f.write(ours(0, [(T0, "I x")], world=1))
+    code, _, err = cli("diff", run)
+    assert code == 2 and "rank-0.log and " in err and "rank-0.log.gz both hold the records of rank 0" in err
+
+
+def test_the_same_file_twice_is_read_once(tmp_path, cli):
+    (tmp_path / "rank-0.log").write_text(ours(0, [(T0, "I x")], world=1))
+    os.link(tmp_path / "rank-0.log", tmp_path / "hard.log")
+    (tmp_path / "soft.log").symlink_to(tmp_path / "rank-0.log")
+    code, out, err = cli("merge", tmp_path / "rank-0.log", tmp_path / "hard.log", tmp_path / "soft.log", tmp_path)
+    assert code == 0 and out.count("] x\n") == 1 and "2 records from 1 file (rank 0: 2)" in err
+
+
+def test_files_from_different_runs_are_read_with_a_warning(tmp_path, cli):
+    (tmp_path / "rank-0.log").write_text(ours(0, [(T0, "I from run a")], world=2, run_id="a"))
+    (tmp_path / "rank-1.log").write_text(ours(1, [(T0 + 1, "I from run b")], world=2, run_id="b"))
+    code, out, err = cli("merge", tmp_path)
+    assert code == 0 and "from run a" in out and "from run b" in out
+    assert err.splitlines()[:3] == [
+        f"distvlog merge: warning: the input files are from 2 different runs: a ({tmp_path}/rank-0.log); "
+        f"b ({tmp_path}/rank-1.log)",
+        "distvlog merge: warning: no log read from rank 1 of 2 (run a)",
+        "distvlog merge: warning: no log read from rank 0 of 2 (run b)"]
+
+
+@pytest.mark.parametrize("tool", ["merge", "trace", "diff"])
+def test_ranks_without_a_file_are_named(tmp_path, cli, tool):
+    for rank in (0, 2):
+        (tmp_path / f"rank-{rank}.log").write_text(ours(rank, ONE_RANK, world=6))
+    (tmp_path / "rank-2.41.log").write_text(ours(2, [(T0, "I a forked child")], world=6, pid=41))
+    code, _, err = cli(tool, tmp_path, *(["-o", tmp_path / "t.json"] if tool == "trace" else []))
+    assert code != 2 and [line for line in err.splitlines() if "warning" in line] == [
+        f"distvlog {tool}: warning: no log read from ranks 1,3-5 of 6"]
+
+
+def _pid(path: Path) -> int:
+    return json.loads(path.read_text().split("distvlog-meta ", 1)[1].split("\n", 1)[0])["pid"]

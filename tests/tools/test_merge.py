@@ -167,7 +167,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, cli, monkeypatch, args, messa
     (tmp_path / "nologs").mkdir()
     (tmp_path / "binary.log").write_bytes(bytes(range(256)) * 8)
     (tmp_path / "foreign.log").write_text("I1130 02:11:14.940652 1 a.cc:1] no rank here\n")
-    (tmp_path / "rank-0.log").write_text(ours(0, [(T0, "I fine")]))
+    (tmp_path / "rank-0.log").write_text(ours(0, [(T0, "I fine")], world=1))
     code, out, err = cli("merge", *args)
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["binary.log", "empty.log", "foreign.log", "nologs",

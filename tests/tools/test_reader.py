@@ -132,7 +132,7 @@ def test_clock_offset_interpolated_between_start_and_end_and_clamped(tmp_path):
 
 def test_a_forked_child_file_takes_its_parents_clock(tmp_path):
     (tmp_path / "rank-2.log").write_text(ours(2, [(T0, "I parent")], clock=(f"500.0 1.0 {T0}", "")))
-    (tmp_path / "rank-2.777.log").write_text(ours(2, [(T0, "I child")]))
+    (tmp_path / "rank-2.777.log").write_text(ours(2, [(T0, "I child")], pid=777))
     got = {r.event: r.ts for r in records([tmp_path]) if r.event != "distvlog-meta"}
     assert got == {"parent": T0 + 500, "child": T0 + 500}
 

@@ -10,7 +10,7 @@ from tools_logfiles import T0, ours
 PHASES = {"X", "i", "M"}
 
 
-def engine_log(rank: int, crash: bool = False) -> str:
+def engine_log(rank: int, crash: bool = False, world: int = 1) -> str:
     """A backward pass as the engine logs it: nodes nested in the pass, an allreduce spanning its end."""
     node = "multiply1GradNode"
     recs = [
@@ -26,7 +26,7 @@ def engine_log(rank: int, crash: bool = False) -> str:
     ]
     if crash:
         recs += [(T0 + 70, f"I {node}(0x7f3a02) begin run node={node} pass=2 v=4"), (T0 + 80, "E oom")]
-    return ours(rank, recs, host=f"host{rank}")
+    return ours(rank, recs, host=f"host{rank}", world=world)
 
 
 def check_trace(doc: dict) -> list[dict]:
@@ -56,7 +56,7 @@ def check_trace(doc: dict) -> list[dict]:
 
 def test_slices_for_nodes_passes_and_buckets_with_args(tmp_path, cli):
     for rank in range(2):
-        (tmp_path / f"rank-{rank}.log").write_text(engine_log(rank))
+        (tmp_path / f"rank-{rank}.log").write_text(engine_log(rank, world=2))
     code, _, err = cli("trace", tmp_path, "-o", tmp_path / "t.json")
     assert code == 0 and err.count("\n") == 1 and "on 2 ranks" in err
     doc = json.loads((tmp_path / "t.json").read_text())

@@ -59,11 +59,11 @@ def stamp(us: int) -> str:
 
 
 def ours(rank: int, records: list[tuple[int, str]], clock: tuple[str, str] = ("0.0 0.0 0", ""),
-         world: int = 4, host: str = "node") -> str:
+         world: int = 4, host: str = "node", pid: int | None = None, run_id: str = "synthetic") -> str:
     """A rank file in our glog format; records are (epoch µs on this rank's clock, 'S message')."""
     created = records[0][0] if records else T0
-    meta = {"distvlog": 1, "format": "glog", "rank": rank, "world_size": world, "host": host, "pid": 100 + rank,
-            "tid": 100 + rank, "run_id": "synthetic", "created": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created // 10**6)),
+    meta = {"distvlog": 1, "format": "glog", "rank": rank, "world_size": world, "host": host,
+            "pid": 100 + rank if pid is None else pid, "tid": 100 + rank, "run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created // 10**6)),
             "created_us": created, "utc_offset_s": 0, "clock_start": clock[0].ljust(64), "clock_end": clock[1].ljust(64)}
     lines = [f"Log file created at: {time.strftime('%Y/%m/%d %H:%M:%S', time.gmtime(created // 10**6))}",
              f"Running on machine: {host}", "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg",

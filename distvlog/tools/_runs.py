@@ -1,0 +1,64 @@
+"""Whether the input files fit together, from the `distvlog-meta` records in them (run id, rank, world size, pid).
+
+- One process's records in two files (a rank file and its run's merged timeline, a copy, a .gz of it)
+  would be counted twice: an error naming both. A forked child's file (rank-R.<pid>.log) is another
+  process: the same run and rank, its own pid.
+- Files from several runs are read as asked (users compare runs on purpose), with a warning naming them.
+- Ranks of a run that no file speaks for are named (a warning): a merge or a diff of 3 of 4 ranks is not
+  the whole run. A merged timeline speaks for the ranks whose meta records are in its first block.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._errors import InputError
+from ._notes import Warn, plural
+
+if TYPE_CHECKING:
+    from .reader import Source
+
+
+def check(sources: list[Source], warn: Warn) -> None:
+    holder: dict[tuple, Path] = {}
+    files: dict[str, list[Path]] = defaultdict(list)  # run id -> its files
+    world: dict[str, int] = defaultdict(int)
+    ranks: dict[str, set[int]] = defaultdict(set)
+    for source in sources:
+        for meta in source.metas:
+            run, rank, pid = str(meta.get("run_id")), meta["rank"], meta.get("pid")
+            other = holder.setdefault((run, rank, pid), source.path)
+            if other != source.path:
+                raise InputError(f"{other} and {source.path} both hold the records of rank {rank} (pid {pid}) of "
+                                 f"run {run}: they would be read twice; give only one of the two")
+            if source.path not in files[run]:
+                files[run].append(source.path)
+            world[run] = max(world[run], meta.get("world_size") if isinstance(meta.get("world_size"), int) else 0)
+            ranks[run].add(rank)
+    if len(files) > 1:
+        warn(f"the input files are from {len(files)} different runs: "
+             + "; ".join(f"{run} ({_some(paths)})" for run, paths in files.items()))
+    if len(files) == 1:  # files without a meta record (foreign, cut short) speak for the rank they are of
+        ranks[next(iter(files))].update(s.rank for s in sources if not s.metas and s.rank is not None)
+    for run, size in world.items():
+        missing = sorted(set(range(size)) - ranks[run])
+        if missing:
+            warn(f"no log read from {'rank' if len(missing) == 1 else 'ranks'} {rank_ranges(missing)} of {size}"
+                 + (f" (run {run})" if len(files) > 1 else ""))
+
+
+def _some(paths: list[Path]) -> str:
+    return f"{paths[0]}" + (f" and {plural(len(paths) - 1, 'other file')}" if len(paths) > 1 else "")
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """`1-3,5` for [1, 2, 3, 5]: the form --ranks takes, short for a large job missing most ranks."""
+    parts: list[list[int]] = []
+    for rank in sorted(ranks):
+        if parts and rank == parts[-1][1] + 1:
+            parts[-1][1] = rank
+        else:
+            parts.append([rank, rank])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
