@@ -168,7 +168,28 @@ def nan_origins(logs: Logs) -> list[dict]:
             if step in first_bad and not previous_bad:
                 found.append(first_bad[step])
             previous_bad = step in first_bad
-    return sorted(found, key=lambda o: (o["step"], o["ts"]))
+    found.sort(key=lambda o: (o["step"], o["ts"]))
+    _mark_arrivals(found, logs)
+    return found
+
+
+def _mark_arrivals(found: list[dict], logs: Logs) -> None:
+    """Kind 'after allreduce' for NaN/Inf a rank first shows in the first step it logged after an allreduce
+    (step S) that another rank's NaN/Inf of step S went into: the averaged gradients carried it over."""
+    steps = {rank: sorted({s.step for s in stats}) for rank, stats in logs.stats.items()}
+    reduced = {step for step, _ in logs.begun.keys() | logs.ended.keys()}
+    sources: list[dict] = []
+    for o in found:  # earliest first
+        before = [step for step in steps[o["rank"]] if step < o["step"]]
+        since = before[-1] if before else -math.inf  # the rank logged no step between this one and S
+        causes = [c for c in sources if c["rank"] != o["rank"] and since <= c["step"] < o["step"]
+                  and c["step"] in reduced]
+        if causes:
+            step = max(c["step"] for c in causes)
+            o.update(kind="after allreduce", allreduce_step=step,
+                     from_ranks=sorted({c["rank"] for c in causes if c["step"] == step}))
+        else:
+            sources.append(o)
 
 
 def _origin(s: Stat, kind: str) -> dict:
@@ -334,7 +355,7 @@ def analyse(logs: Logs, factor: float) -> dict:
     origins = nan_origins(logs)
     report = {"ranks": sorted(logs.ranks), "steps_from": logs.step_source,
               "grad_stats": sum(len(s) for s in logs.stats.values()), "allreduces": len(logs.ended),
-              "nan_origin": origins[0] if origins else None, "nan_origins": origins, "errors": errors(logs),
+              "nan_origin": next((o for o in origins if o["kind"] != "after allreduce"), None), "nan_origins": origins, "errors": errors(logs),
               "desync": desync(logs), "collectives": collectives(logs), "log_ends": log_ends(logs),
               "outliers": outliers(logs, factor), "not_checked": not_checked(logs)}
     report["found"] = any(report[k] for k in ("nan_origins", "errors", "desync", "collectives", "log_ends", "outliers"))
@@ -372,6 +393,27 @@ def _unfinished_lines(unfinished: list[dict]) -> list[str]:
     return lines
 
 
+def _nan_lines(origins: list[dict]) -> list[str]:
+    """One line per origin; NaN/Inf that arrived through an allreduce: one line per allreduce and step."""
+    lines: list[str] = []
+    arrivals: dict[tuple, tuple[int, list[int]]] = {}  # (allreduce step, from ranks, step) -> (line, ranks)
+    for o in origins:
+        if o["kind"] == "after allreduce":
+            key = (o["allreduce_step"], tuple(o["from_ranks"]), o["step"])
+            if key not in arrivals:
+                arrivals[key] = (len(lines), [])
+                lines.append("")
+            arrivals[key][1].append(o["rank"])
+            continue
+        note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer is not logged)"
+        lines.append(f"NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: "
+                     f"{o['nan']} NaN, {o['inf']} Inf{note}")
+    for (reduced, sources, step), (i, ranks) in arrivals.items():
+        lines[i] = (f"NaN/Inf on {ranks_text(ranks)} from step {step}: arrived through the allreduce of step {reduced} "
+                    f"from {ranks_text(sources)}")
+    return [("" if i == 0 else "  then ") + line for i, line in enumerate(lines)]
+
+
 def _desync_line(d: dict) -> str:
     steps = f"({d['steps']} step{' differs' if d['steps'] == 1 else 's differ'})"
     if d["kind"] == "no majority":
@@ -389,10 +431,7 @@ def render_text(r: dict) -> str:
     lines = [f"{plural(len(r['ranks']), 'rank')}, {plural(r['grad_stats'], 'gradient statistic')}, "
              f"{plural(r['allreduces'], 'allreduce')} "
              f"(aligned by {ALIGNED_BY[r['steps_from']]})"]
-    for i, o in enumerate(r["nan_origins"][:MAX_LISTED]):
-        note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer is not logged)"
-        lines.append(f"{'' if i == 0 else '  then '}NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} "
-                     f"{o['slot']}{_where(o)}: {o['nan']} NaN, {o['inf']} Inf{note}")
+    lines += _limited(_nan_lines(r["nan_origins"]))
     lines += _limited([f"error: {ranks_text(e['ranks'])}{_step(e['step'])}: {e['message']}" for e in r["errors"]])
     lines += _limited([_desync_line(d) for d in r["desync"]])
     for c in r["collectives"]:

@@ -37,6 +37,9 @@ def test_nan_origin_on_the_right_rank_and_node(tmp_path, capsys, n, bad_rank):
     text = capsys.readouterr().out
     assert re.search(rf"^NaN/Inf origin: rank {bad_rank} step 2 pow\d+GradNode grad_x \(forward at "
                      rf"train.py:{POISON_LINE}\): \d+ NaN, 0 Inf$", text, re.M), text
+    others = ",".join(str(r) for r in range(n) if r != bad_rank)
+    assert (f"\n  then NaN/Inf on rank{'s' if n > 2 else ''} {others} from step 3: arrived through the allreduce of "
+            f"step 2 from rank {bad_rank}\n") in text, text
     assert main(["diff", "--json", str(run_dir)]) == 1
     origin = json.loads(capsys.readouterr().out)["nan_origin"]
     assert (origin["rank"], origin["step"], origin["slot"], origin["site"]) == (bad_rank, 2, "grad_x",
