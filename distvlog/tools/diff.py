@@ -372,6 +372,7 @@ def _step(step: int | None) -> str:
 
 
 def _limited(lines: list[str]) -> list[str]:
+    """At most MAX_LISTED lines of one kind, then how many more there are (the JSON has them all)."""
     return lines[:MAX_LISTED] + ([f"  ... {len(lines) - MAX_LISTED} more"] if len(lines) > MAX_LISTED else [])
 
 
@@ -427,6 +428,13 @@ def _desync_line(d: dict) -> str:
     return f"desync: rank {d['rank']} step {d['step']} node #{d['position']}: {what} {steps}"
 
 
+def _mismatch_line(c: dict) -> str:
+    groups = sorted(c["checksums"].values(), key=len, reverse=True)
+    params = f" (parameters {', '.join(c['params'])})" if c["params"] else ""
+    return (f"allreduce step {c['step']} bucket {c['bucket']}: result differs on "
+            f"{ranks_text(r for g in groups[1:] for r in g)} from {ranks_text(groups[0])}{params}")
+
+
 def render_text(r: dict) -> str:
     lines = [f"{plural(len(r['ranks']), 'rank')}, {plural(r['grad_stats'], 'gradient statistic')}, "
              f"{plural(r['allreduces'], 'allreduce')} "
@@ -434,12 +442,7 @@ def render_text(r: dict) -> str:
     lines += _limited(_nan_lines(r["nan_origins"]))
     lines += _limited([f"error: {ranks_text(e['ranks'])}{_step(e['step'])}: {e['message']}" for e in r["errors"]])
     lines += _limited([_desync_line(d) for d in r["desync"]])
-    for c in r["collectives"]:
-        if c["kind"] == "mismatch":
-            groups = sorted(c["checksums"].values(), key=len, reverse=True)
-            params = f" (parameters {', '.join(c['params'])})" if c["params"] else ""
-            lines.append(f"allreduce step {c['step']} bucket {c['bucket']}: result differs on "
-                         f"{ranks_text(r for g in groups[1:] for r in g)} from {ranks_text(groups[0])}{params}")
+    lines += _limited([_mismatch_line(c) for c in r["collectives"] if c["kind"] == "mismatch"])
     lines += _limited(_unfinished_lines([c for c in r["collectives"] if c["kind"] == "unfinished"]))
     lines += _limited([f"the logs of {ranks_text(e['ranks'])} end at step {e['step']} ("
                        f"those of {ranks_text(e['others'])} go on to step {e['others_step']})" for e in r["log_ends"]])
@@ -452,8 +455,8 @@ def render_text(r: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.outlier_factor <= 1:
-        raise InputError(f"--outlier-factor {args.outlier_factor}: must be greater than 1")
+    if not args.outlier_factor > 1 or math.isinf(args.outlier_factor):  # `not >`: NaN compares false
+        raise InputError(f"--outlier-factor {args.outlier_factor}: must be a finite number greater than 1")
     report = analyse(load(args.paths, warner("diff")), args.outlier_factor)
     if args.json:
         sys.stdout.write(dumps(report, orjson.OPT_INDENT_2).decode() + "\n")

@@ -132,7 +132,9 @@ def test_json_lines_logs(tmp_path, capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["no/such/dir"], "no/such/dir"),
-    (["--outlier-factor", "1", "."], "--outlier-factor 1.0: must be greater than 1"),
+    (["--outlier-factor", "1", "."], "--outlier-factor 1.0: must be a finite number greater than 1"),
+    (["--outlier-factor", "nan", "."], "--outlier-factor nan: must be a finite number greater than 1"),
+    (["--outlier-factor", "inf", "."], "--outlier-factor inf: must be a finite number greater than 1"),
 ])
 def test_unusable_input_exits_2_with_one_line(tmp_path, capsys, args, message):
     assert main(["diff", *args]) == 2

@@ -189,3 +189,15 @@ def test_two_ranks_that_differ_are_both_named(tmp_path, capsys):
     code, out = diff(["--json", run_dir], capsys)
     (entry,) = json.loads(out)["desync"]
     assert [g["ranks"] for g in entry["groups"]] == [[0], [1]] and entry["kind"] == "no majority"
+
+
+def test_every_list_stops_at_ten_lines_and_says_how_many_more(tmp_path, capsys):
+    logs = write_logs(tmp_path, {rank: [stat("exp1GradNode", "grad_out", nan=1)] for rank in range(12)})
+    code, out = diff([logs], capsys)
+    assert code == 1
+    assert out.count("NaN/Inf first seen") == 10 and out.endswith("\n  ... 2 more\n"), out
+    reduced = {rank: [line for step in range(12) for line in allreduce(step, 0, "bbbb" if rank == 2 else "aaaa")]
+               for rank in range(3)}
+    (tmp_path / "reduced").mkdir()
+    code, out = diff([write_logs(tmp_path / "reduced", reduced)], capsys)
+    assert out.count("result differs on rank 2") == 10 and "\n  ... 2 more\n" in out, out
