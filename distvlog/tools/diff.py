@@ -317,8 +317,16 @@ def collectives(logs: Logs) -> list[dict]:
     return out
 
 
+def _apart(a: float, b: float) -> float:
+    """How many times apart two norms are (1 when both are about zero)."""
+    low, high = sorted((a, b))
+    return 1.0 if high <= 1e-30 else high / low if low else math.inf
+
+
 def outliers(logs: Logs, factor: float) -> list[dict]:
-    """Gradients (aligned by step, op, slot, occurrence) whose norm is `factor` times off the ranks' median."""
+    """Gradients (aligned by step, op, slot, occurrence) whose norm is more than `factor` times off those of
+    a majority of ranks. Sorted norms cut where neighbours are more than `factor` apart form clusters; when
+    no cluster holds a majority (a 2-2 split) nothing says which side is off: one 'split' entry names both."""
     aligned: dict[tuple, dict[int, Stat]] = defaultdict(dict)
     for rank, stats in logs.stats.items():
         seen: dict[tuple, int] = defaultdict(int)
@@ -328,26 +336,43 @@ def outliers(logs: Logs, factor: float) -> list[dict]:
             seen[key] += 1
     out = []
     for (step, _, slot, _), per_rank in aligned.items():
-        norms = {r: s.norm for r, s in per_rank.items() if s.finite and not math.isnan(s.norm)}
+        norms = sorted((s.norm, r) for r, s in per_rank.items() if s.finite and not math.isnan(s.norm))
         if len(norms) < 3:
             continue
-        median = statistics.median(norms.values())
-        for rank, norm in norms.items():
-            ratio = (norm / median if median else math.inf) if norm >= median else (median / norm if norm else math.inf)
-            if ratio > factor and max(norm, median) > 1e-30:
-                out.append({"rank": rank, "step": step, "node": per_rank[rank].node, "slot": slot, "norm": norm, "median": median,
-                            "ratio": ratio, "site": per_rank[rank].site})
+        clusters = [[norms[0]]]
+        for (low, _), (high, rank) in zip(norms, norms[1:]):
+            if _apart(low, high) > factor:
+                clusters.append([])
+            clusters[-1].append((high, rank))
+        if len(clusters) == 1:
+            continue
+        first = per_rank[norms[0][1]]
+        majority = max(clusters, key=len)
+        if 2 * len(majority) <= len(norms):
+            out.append({"kind": "split", "step": step, "node": first.node, "slot": slot, "site": first.site,
+                        "ratio": _apart(norms[0][0], norms[-1][0]),
+                        "groups": [{"ranks": sorted(r for _, r in c), "norms": [c[0][0], c[-1][0]]}
+                                   for c in clusters]})
+            continue
+        median = statistics.median(n for n, _ in majority)
+        for norm, rank in (entry for c in clusters if c is not majority for entry in c):
+            out.append({"kind": "outlier", "rank": rank, "step": step, "node": per_rank[rank].node, "slot": slot,
+                        "norm": norm, "median": median, "others": sorted(r for _, r in majority),
+                        "ratio": _apart(norm, median), "site": per_rank[rank].site})
     return sorted(out, key=lambda o: (o["step"], -o["ratio"]))
 
 
 # -- the report ----------------------------------------------------------------------------------------
 def not_checked(logs: Logs) -> list[dict]:
     """The checks these logs cannot support, and why: finding nothing there does not mean clean."""
-    if logs.stats:
-        return []
-    return [{"checks": ["NaN/Inf origins", "desync", "outliers"],
-             "why": "no grad_stats records (the backward writes them at verbosity >= 5: backward_vlog_guard(5) "
-                    "or DISTVLOG_V=5)"}]
+    if not logs.stats:
+        return [{"checks": ["NaN/Inf origins", "desync", "outliers"],
+                 "why": "no grad_stats records (the backward writes them at verbosity >= 5: backward_vlog_guard(5) "
+                        "or DISTVLOG_V=5)"}]
+    if len(logs.stats) < 3:
+        return [{"checks": ["outliers"], "why": f"grad_stats from {plural(len(logs.stats), 'rank')} only: it takes "
+                                                "3 or more to tell which one is off"}]
+    return []
 
 
 def analyse(logs: Logs, factor: float) -> dict:
@@ -355,7 +380,8 @@ def analyse(logs: Logs, factor: float) -> dict:
     origins = nan_origins(logs)
     report = {"ranks": sorted(logs.ranks), "steps_from": logs.step_source,
               "grad_stats": sum(len(s) for s in logs.stats.values()), "allreduces": len(logs.ended),
-              "nan_origin": next((o for o in origins if o["kind"] != "after allreduce"), None), "nan_origins": origins, "errors": errors(logs),
+              "nan_origin": next((o for o in origins if o["kind"] != "after allreduce"), None),
+              "nan_origins": origins, "errors": errors(logs),
               "desync": desync(logs), "collectives": collectives(logs), "log_ends": log_ends(logs),
               "outliers": outliers(logs, factor), "not_checked": not_checked(logs)}
     report["found"] = any(report[k] for k in ("nan_origins", "errors", "desync", "collectives", "log_ends", "outliers"))
@@ -435,6 +461,29 @@ def _mismatch_line(c: dict) -> str:
             f"{ranks_text(r for g in groups[1:] for r in g)} from {ranks_text(groups[0])}{params}")
 
 
+def _outlier_lines(found: list[dict]) -> list[str]:
+    """One line per rank and step (or split and step), for its gradient furthest off, with how many more."""
+    first: dict[tuple, dict] = {}
+    count: dict[tuple, int] = defaultdict(int)
+    for o in found:  # furthest off first within a step
+        key = (o["step"], o["rank"] if o["kind"] == "outlier" else tuple(tuple(g["ranks"]) for g in o["groups"]))
+        first.setdefault(key, o)
+        count[key] += 1
+    lines = []
+    for key, o in first.items():
+        more = f" (and {plural(count[key] - 1, 'more gradient')} there)" if count[key] > 1 else ""
+        if o["kind"] == "outlier":
+            lines.append(f"outlier: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: norm "
+                         f"{o['norm']:.4g}, median over {ranks_text(o['others'])}: {o['median']:.4g}{more}")
+        else:
+            sides = ", ".join(f"{ranks_text(g['ranks'])} at {g['norms'][0]:.4g}"
+                              + (f" to {g['norms'][1]:.4g}" if g["norms"][1] != g["norms"][0] else "")
+                              for g in o["groups"])
+            lines.append(f"norm split: step {o['step']} {o['node']} {o['slot']}{_where(o)}: {sides}; no majority says "
+                         f"which is off{more}")
+    return lines
+
+
 def render_text(r: dict) -> str:
     lines = [f"{plural(len(r['ranks']), 'rank')}, {plural(r['grad_stats'], 'gradient statistic')}, "
              f"{plural(r['allreduces'], 'allreduce')} "
@@ -446,8 +495,7 @@ def render_text(r: dict) -> str:
     lines += _limited(_unfinished_lines([c for c in r["collectives"] if c["kind"] == "unfinished"]))
     lines += _limited([f"the logs of {ranks_text(e['ranks'])} end at step {e['step']} ("
                        f"those of {ranks_text(e['others'])} go on to step {e['others_step']})" for e in r["log_ends"]])
-    lines += _limited([f"outlier: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: norm "
-                       f"{o['norm']:.4g}, median over ranks {o['median']:.4g}" for o in r["outliers"]])
+    lines += _limited(_outlier_lines(r["outliers"]))
     lines += [f"not checked: {', '.join(n['checks'])}: {n['why']}" for n in r["not_checked"]]
     if not r["found"]:
         lines.append("no divergence found" + ("" if r["clean"] else " by the checks that could run"))

@@ -7,7 +7,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from test_diff import allreduce, backward, launch, stat, write_logs
 
 from distvlog.cli import main
@@ -128,10 +127,10 @@ def test_dataparallel_check_errors_are_findings(tmp_path, capsys):
 
 
 def test_an_error_record_without_a_traceback_is_its_first_line(tmp_path, capsys):
-    logs = write_logs(tmp_path, {0: backward(0), 1: backward(0)})
+    logs = write_logs(tmp_path, {0: backward(0), 1: backward(0), 2: backward(0)})
     with open(tmp_path / "rank-1.log", "a") as f:
         f.write("E1130 02:29:11.000000 100 engine.py:1] [rank 1] bucket lost step=0\n  more detail\n")
-    assert diff([logs], capsys) == (1, "2 ranks, 8 gradient statistics, 0 allreduces (aligned by step)\n"
+    assert diff([logs], capsys) == (1, "3 ranks, 12 gradient statistics, 0 allreduces (aligned by step)\n"
                                        "error: rank 1 step 0: bucket lost\n")
 
 
@@ -156,8 +155,9 @@ def test_outliers_are_aligned_across_shifted_op_counters(tmp_path, capsys):
 def test_without_dataparallel_an_unlogged_backward_does_not_shift_the_steps(tmp_path, capsys):
     run_dir = scenario(tmp_path, 2, "nodp")  # rank 1 runs an extra backward outside the guard at step 1
     code, out = diff([run_dir], capsys)
-    assert (code, out) == (0, "2 ranks, 72 gradient statistics, 0 allreduces (aligned by each rank's logged "
-                              "backward passes, counted from 0)\nno divergence found\n")
+    assert (code, out.splitlines()[0], out.splitlines()[-1]) == (
+        0, "2 ranks, 72 gradient statistics, 0 allreduces (aligned by each rank's logged backward passes, counted "
+           "from 0)", "no divergence found by the checks that could run")  # outliers take 3 ranks
 
 
 def test_a_rank_that_dies_mid_backward_is_no_desync(tmp_path, capsys):
@@ -201,3 +201,19 @@ def test_every_list_stops_at_ten_lines_and_says_how_many_more(tmp_path, capsys):
     (tmp_path / "reduced").mkdir()
     code, out = diff([write_logs(tmp_path / "reduced", reduced)], capsys)
     assert out.count("result differs on rank 2") == 10 and "\n  ... 2 more\n" in out, out
+
+
+def test_a_two_two_split_in_gradient_norms_blames_neither_side(tmp_path, capsys):
+    logs = write_logs(tmp_path, {0: backward(0), 1: backward(0, norm=100.0), 2: backward(0, norm=1.2),
+                                 3: backward(0, norm=120.0)})
+    code, out = diff([logs], capsys)
+    assert (code, out.splitlines()[1:]) == (1, [
+        "norm split: step 0 matmul1GradNode grad_out (forward at model.py:7): ranks 0,2 at 1 to 1.2, ranks 1,3 at 100 "
+        "to 120; no majority says which is off (and 3 more gradients there)"])
+
+
+def test_with_two_ranks_the_report_says_outliers_were_not_checked(tmp_path, capsys):
+    logs = write_logs(tmp_path, {0: backward(0), 1: backward(0, norm=1000.0)})
+    assert diff([logs], capsys) == (0, "2 ranks, 8 gradient statistics, 0 allreduces (aligned by step)\n"
+                                       "not checked: outliers: grad_stats from 2 ranks only: it takes 3 or more to "
+                                       "tell which one is off\nno divergence found by the checks that could run\n")
