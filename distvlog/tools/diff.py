@@ -1,8 +1,9 @@
 """`distvlog diff PATH... [--json]`: where ranks diverged, from the per-rank logs alone.
 
 Reads the `grad_stats` records the backward engine writes at level >= 5 (one per gradient a node takes
-in or gives out) and DataParallel's `allreduce` records, aligns them across ranks by (step, node, slot)
-and reports, in order of usefulness:
+in or gives out), DataParallel's `allreduce` records and E/F records, aligns them across ranks by step
+(without DataParallel: each rank's logged backward passes in order), op (the node name without its
+per-process counter) and slot, and reports, in order of usefulness:
 
 - the first NaN/Inf origin: the node whose incoming gradient was finite but an outgoing one was not
   (rank, step, node, slot, forward file:line), earliest by step then clock-corrected time;
@@ -10,7 +11,8 @@ and reports, in order of usefulness:
 - desync: ranks whose backward ran a different node sequence in a step than the other ranks;
 - collectives: allreduces whose result differs across ranks, or that some rank began and never finished;
 - log ends: ranks whose logs stop at an earlier step than the others' (killed, hung, records lost);
-- outliers: a rank whose gradient norm is more than `--outlier-factor` times off the ranks' median.
+- outliers: a rank whose gradient norm is more than `--outlier-factor` times off a majority of ranks
+  (it takes 3 or more).
 
 Exit 0 when nothing is found (the report names any check the logs could not support), 1 when something is
 found, 2 on unusable input (also: logs on which no check can run).
