@@ -61,7 +61,7 @@ def after_run(run_dir: Path, ranks: int, code: int) -> int:
              "(killed by a signal or by the launcher?)")
     logged = {int(m.group(1)) for p in files if (m := re.match(r"rank-(\d+)\.", p.name))}
     missing = set(range(ranks)) - logged
-    if missing:
+    if missing and timeline is None:  # (else the merge said so: "no log read from ranks ...")
         _say(f"{ranks_text(missing)} wrote no log file")
     _say(f"logs: {run_dir}/ ({len(files)} rank files)")
     if timeline is not None:
