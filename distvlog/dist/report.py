@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .._errors import InputError
+from ..tools._notes import plural
 from ..tools.reader import Record, open_sources, read_records
 from .comm import ranks_text
 
@@ -63,7 +64,7 @@ def after_run(run_dir: Path, ranks: int, code: int) -> int:
     missing = set(range(ranks)) - logged
     if missing and timeline is None:  # (else the merge said so: "no log read from ranks ...")
         _say(f"{ranks_text(missing)} wrote no log file")
-    _say(f"logs: {run_dir}/ ({len(files)} rank files)")
+    _say(f"logs: {run_dir}/ ({plural(len(files), 'rank file')})")
     if timeline is not None:
         _say(f"timeline: {timeline}")
     return code or (1 if failed else 0)
