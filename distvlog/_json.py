@@ -32,13 +32,12 @@ def json_line(record: dict[str, Any]) -> bytes:
 def spelled(value: Any) -> Any:
     """`value` with NaN and Inf spelled out inside dicts, lists, tuples and numpy arrays; `value` itself (the
     same object) when it has none."""
-    kind = type(value)
-    if kind is float or isinstance(value, np.floating):
+    if isinstance(value, (float, np.floating)):
         return value if math.isfinite(value) else "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
-    if kind is dict:
+    if isinstance(value, dict):
         items = {k: spelled(v) for k, v in value.items()}
         return value if all(items[k] is v for k, v in value.items()) else items
-    if kind is list or kind is tuple:
+    if isinstance(value, (list, tuple)):
         items = [spelled(v) for v in value]
         return value if all(a is b for a, b in zip(items, value)) else items
     if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():

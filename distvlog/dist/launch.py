@@ -183,9 +183,10 @@ def _check_writable(root: Path, given: str | None) -> None:
 
 
 def _wait(proc: subprocess.Popen) -> int:
-    """The launcher's exit code. A SIGTERM, or a SIGINT that did not come from our terminal (a Ctrl-C there
-    reaches the launcher itself), is passed on to the launcher, which passes it to the ranks; then we wait for
-    them, so that their logs are complete before the merge. A second signal kills the launcher."""
+    """The launcher's exit code (128+N after signal N). A SIGTERM, or a SIGINT that did not come from our
+    terminal (a Ctrl-C typed there reaches the launcher itself), is passed on to the launcher, which passes
+    it to the ranks; then we wait for them, so that their logs are complete before the merge. A second
+    signal kills the launcher. A SIGINT ignored by whoever started us (`cmd &`) stays ignored."""
     stopping: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -198,21 +199,31 @@ def _wait(proc: subprocess.Popen) -> int:
         print(f"distvlog launch: {signal.Signals(signum).name}: stopping the ranks, then merging their logs "
               "(again to kill them)", file=sys.stderr, flush=True)
 
-    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+    handled = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN]
+    previous = {signum: signal.signal(signum, forward) for signum in handled}
     try:
         code = proc.wait()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if code < 0:  # killed by signal -code (our second signal: SIGKILL)
+        return 128 - code
     return code or (128 + stopping[0] if stopping else 0)
 
 
 def _typed_in_our_terminal() -> bool:
-    """Whether we are the foreground process group of our terminal: then its Ctrl-C reached the launcher too."""
+    """Whether we are the foreground process group of our controlling terminal: then a Ctrl-C typed there
+    reached the launcher too (stdin may be redirected: ask /dev/tty)."""
     try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:  # no controlling terminal
         return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .._errors import InputError
+from ..logger._lifecycle import BLOCKED_IN_C
 from ..tools._notes import plural
 from ..tools.reader import Record, open_sources, read_records
 from .comm import ranks_text
@@ -17,12 +18,17 @@ def _say(text: str) -> None:
     print(f"distvlog launch: {text}", file=sys.stderr, flush=True)
 
 
-def fatal_records(run_dir: Path) -> dict[int, Record]:
-    """The first F record of each rank that logged one."""
-    first: dict[int, Record] = {}
-    for record in read_records(open_sources([str(run_dir)]), severities="F"):
-        first.setdefault(record.rank, record)
-    return first
+def stop_records(run_dir: Path) -> tuple[dict[int, Record], dict[int, Record]]:
+    """Per rank, its first F record (why it failed) and its first record of where a signal found its main
+    thread blocked in C (where it hung)."""
+    fatal: dict[int, Record] = {}
+    blocked: dict[int, Record] = {}
+    for record in read_records(open_sources([str(run_dir)]), severities="WF"):
+        if record.severity == "F":
+            fatal.setdefault(record.rank, record)
+        elif BLOCKED_IN_C in record.event.partition("\n")[0]:
+            blocked.setdefault(record.rank, record)
+    return fatal, blocked
 
 
 def failure_text(record: Record) -> str:
@@ -47,7 +53,7 @@ def after_run(run_dir: Path, ranks: int, code: int) -> int:
              + (f" (the job exited with code {code})" if code else ""))
         return code
     try:
-        failed = fatal_records(run_dir)
+        failed, blocked = stop_records(run_dir)
         timeline = _merge(run_dir)
     except InputError as exc:
         _say(f"cannot read the run's logs: {exc}")
@@ -57,6 +63,14 @@ def after_run(run_dir: Path, ranks: int, code: int) -> int:
         by_reason.setdefault(failure_text(record), []).append(rank)
     for reason, ranks_failed in by_reason.items():
         _say(f"{ranks_text(ranks_failed)} failed: {reason}")
+    by_place: dict[str, list[int]] = {}
+    for rank, record in sorted(blocked.items()):
+        if rank in failed:  # (its failure says where)
+            continue
+        by_place.setdefault(f"{record.event.split()[0]} found its main thread blocked in C at {record.file}:"
+                            f"{record.line}", []).append(rank)
+    for place, ranks_blocked in by_place.items():
+        _say(f"{ranks_text(ranks_blocked)}: {place}")
     if code and not failed:
         _say(f"the job exited with code {code}; no rank logged an unhandled exception "
              "(killed by a signal or by the launcher?)")

@@ -7,7 +7,6 @@ the timer and signal handlers once the file exists. Every hook chains to the one
 from __future__ import annotations
 
 import atexit
-import math
 import os
 import signal
 import sys
@@ -52,16 +51,15 @@ def _chain_to(previous: Any):
 
 
 class _Handler:
-    """Our SIGTERM/SIGINT handler: flush, then the handler it replaced. It notes when it last ran, so
-    the watcher can tell a main thread that handles signals from one blocked in C."""
+    """Our SIGTERM/SIGINT handler: flush, then the handler it replaced. It counts its runs, for the watcher."""
 
     def __init__(self, previous: Any) -> None:
         self.chain = _chain_to(previous)
-        self.ends_process = previous in (signal.SIG_DFL, signal.default_int_handler)  # (KeyboardInterrupt)
-        self.ran_at = -math.inf
+        self.ends_process = previous == signal.SIG_DFL  # death, no Python code of anyone's (not KeyboardInterrupt)
+        self.calls = self.seen = 0  # runs in the main thread; those the watcher has accounted for
 
     def __call__(self, signum: int, frame: Any) -> None:
-        self.ran_at = time.monotonic()
+        self.calls += 1
         SINK.flush_for_signal(signum, frame, self.chain)
 
 
@@ -82,13 +80,15 @@ def _install_signal_handlers() -> None:
 # Python runs signal handlers in the main thread, between two of its instructions: never while that thread
 # is blocked in C, as in an MPI collective that waits for a dead or hung rank. The C-level handler also
 # writes the signal's number to the wakeup fd, which a watcher thread reads.
-SIGNAL_GRACE_S = 3.0  # how long the main thread has to run a terminating signal's handler itself
-_watcher_fd = -1  # the write end of our wakeup pipe, while it is Python's wakeup fd
+SIGNAL_GRACE_S = 3.0  # how long a process may outlive a SIGTERM whose handler would end it
+_PROMPT_S = 0.2  # a main thread that runs Python handles a signal sooner than this
+BLOCKED_IN_C = " arrived while the main thread was blocked in C"  # (`distvlog launch` looks for it)
+_watcher_pipe: tuple[int, int] | None = None  # (read, write) ends, while the write end is Python's wakeup fd
 _watcher_pid: int | None = None
 
 
 def _start_signal_watcher() -> None:
-    global _watcher_fd
+    global _watcher_pipe
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     os.set_blocking(write_end, False)
     previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
@@ -96,54 +96,67 @@ def _start_signal_watcher() -> None:
         signal.set_wakeup_fd(previous)
         os.close(read_end), os.close(write_end)
         return
-    _watcher_fd = write_end
+    _watcher_pipe = (read_end, write_end)
     threading.Thread(target=_watch_signals, args=(read_end,), name="distvlog-signals", daemon=True).start()
 
 
 def _watch_signals(fd: int) -> None:
-    """On SIGTERM/SIGINT, flush at once. If our handler would end the process but the main thread has not
-    run it after SIGNAL_GRACE_S, end it from here: log where the main thread is stuck, flush, exit 128+N
-    (a shell's status for death by signal N)."""
+    """On SIGTERM/SIGINT: flush at once. If the main thread has not run our handler shortly after (it is
+    blocked in C), log where it is: a rank stopped in a hang says where it hung, even if the launcher kills
+    it next. If that handler would end the process, end it after SIGNAL_GRACE_S, with status 128+N."""
     while True:
         try:
-            signals = os.read(fd, 64)
+            signals = set(os.read(fd, 64))  # (one look per signal, however often it came)
         except OSError:
             return
-        for signum in signals:
-            handler = signal.getsignal(signum) if signum in (signal.SIGTERM, signal.SIGINT) else None
-            if not isinstance(handler, _Handler):
+        for signum in signals & {signal.SIGTERM, signal.SIGINT}:
+            handler = signal.getsignal(signum)
+            if not isinstance(handler, _Handler):  # replaced by the user's own: theirs to act
                 continue
-            arrived = time.monotonic()
             SINK.flush()
-            time.sleep(SIGNAL_GRACE_S)
-            if handler.ends_process and handler.ran_at < arrived - 1.0 and signal.getsignal(signum) is handler:
-                _exit_from_watcher(signum)
+            time.sleep(_PROMPT_S)
+            if handler.calls > handler.seen:  # handled, as Python handles signals
+                handler.seen = handler.calls
+                continue
+            name = signal.Signals(signum).name
+            where, stack = _main_thread_at()
+            unechoed_logger("distvlog").warning(f"{name}{BLOCKED_IN_C}, at (most recent call last):\n{stack}",
+                                                **where)
+            SINK.flush()
+            if handler.ends_process:
+                time.sleep(SIGNAL_GRACE_S - _PROMPT_S)
+                if signal.getsignal(signum) is handler and handler.calls == handler.seen:
+                    _exit_from_watcher(name, 128 + signum, where)
 
 
-def _exit_from_watcher(signum: int) -> None:
-    name = signal.Signals(signum).name
+def _main_thread_at() -> tuple[dict[str, Any], str]:
+    """The main thread's user frame (`file`/`line` fields) and its stack, without how the script was started."""
     frame = sys._current_frames().get(threading.main_thread().ident)
     frames = traceback.extract_stack(frame) if frame is not None else []
-    while len(frames) > 1 and (frames[0].filename.startswith(_PACKAGE_DIR) or "runpy" in frames[0].filename):
-        del frames[0]  # how `distvlog launch` started the script
-    stack = "".join(traceback.format_list(frames)).rstrip() or "  (no Python frame)"
-    where = {"file": os.path.basename(frame.f_code.co_filename), "line": frame.f_lineno} if frame is not None else {}
-    unechoed_logger("distvlog").critical(  # laid out as a traceback: `distvlog launch` names its last line
-        f"{name} arrived; the main thread was at (most recent call last):\n{stack}\n{name}: the main thread "
-        f"did not return to Python within {SIGNAL_GRACE_S:g} s (blocked in C, such as an MPI call that cannot "
-        f"complete); exited with status {128 + signum}", **where)
+    while len(frames) > 1 and frames[0].filename.startswith((_PACKAGE_DIR, *_LIBRARY_DIRS)):
+        del frames[0]  # runpy, `distvlog launch`'s runner
+    at = _users_frame(frames)
+    where = {"file": os.path.basename(at.filename), "line": at.lineno} if at is not None else {}
+    return where, "".join(traceback.format_list(frames)).rstrip() or "  (no Python frame)"
+
+
+def _exit_from_watcher(name: str, status: int, where: dict[str, Any]) -> None:
+    unechoed_logger("distvlog").critical(
+        f"{name}: the main thread did not return to Python within {SIGNAL_GRACE_S:g} s (blocked in C, such as "
+        f"an MPI call that cannot complete); exited with status {status}", **where)
     SINK.flush()
     sys.stderr.write(f"distvlog: {name} while the main thread was blocked in C; exiting (see the log)\n")
-    os._exit(128 + signum)
+    os._exit(status)
 
 
 def _after_fork_in_child() -> None:
     """The child shares its parent's wakeup pipe but not the watcher thread: its signals must not wake the
     parent's watcher (it starts its own with its file)."""
-    global _watcher_fd
-    if _watcher_fd != -1:
+    global _watcher_pipe
+    if _watcher_pipe is not None:
         signal.set_wakeup_fd(-1)
-        _watcher_fd = -1
+        os.close(_watcher_pipe[0]), os.close(_watcher_pipe[1])
+        _watcher_pipe = None
 
 
 def _on_open(_sink: RankFile) -> None:
@@ -157,9 +170,8 @@ def _on_open(_sink: RankFile) -> None:
 def _raising_line(exc: BaseException | None, tb: Any) -> traceback.FrameSummary | None:
     """Where the failure started, in the user's code: the innermost frame of the exception and of the causes
     it was raised `from` (the backward engine re-raises a hook's or an op's error as a BackwardError) that is
-    the user's: not distvlog's, not the standard library's or an installed package's (argparse's exit, a
-    numpy error: the user's call is the line to name), else one outside distvlog, else the innermost.
-    A SyntaxError's line is the one it names."""
+    the user's (argparse's exit, a numpy error: the user's call is the line to name). A SyntaxError's line
+    is the one it names."""
     if isinstance(exc, SyntaxError) and exc.filename:
         return traceback.FrameSummary(exc.filename, exc.lineno or 0, "<module>")
     frames = traceback.extract_tb(tb)
@@ -169,9 +181,15 @@ def _raising_line(exc: BaseException | None, tb: Any) -> traceback.FrameSummary 
         seen.add(id(exc))
         exc = exc.__cause__
         frames += traceback.extract_tb(exc.__traceback__)
+    return _users_frame(frames)
+
+
+def _users_frame(frames: list[traceback.FrameSummary]) -> traceback.FrameSummary | None:
+    """The innermost frame of the user's code: not distvlog's, not the standard library's or an installed
+    package's; else the innermost outside distvlog; else the innermost."""
     outside = [frame for frame in frames if not frame.filename.startswith(_PACKAGE_DIR)]
     users = [frame for frame in outside if not frame.filename.startswith(_LIBRARY_DIRS)]
-    return (users or outside or frames)[-1] if frames else None
+    return (users or outside or frames or [None])[-1]
 
 
 def log_failure(event: str, exc: BaseException | None, tb: Any, fatal: bool = True) -> None:

@@ -112,6 +112,44 @@ def test_a_signal_inside_a_burst_is_handled_once_its_records_are_written(scripts
     assert [r.first for r in run.records()] == ["before node=n v=4", "held 1 node=n v=4", "held 2 node=n v=4"]
 
 
+BLOCKED_IN_C = '''
+from mpi4py import MPI
+import distvlog.logger as dlog
+dlog.get_logger().info("before")  # @before
+print("ready", flush=True)
+try:
+    MPI.COMM_SELF.recv(source=0)  # no one sends: blocked in C for good  # @recv
+except KeyboardInterrupt:
+    print("the KeyboardInterrupt was raised", flush=True)
+'''
+
+
+def test_signals_to_a_process_blocked_in_c(scripts):
+    """A watcher thread flushes as each signal arrives and logs where the main thread is blocked. SIGINT is
+    left to Python (a KeyboardInterrupt the user may catch, whenever the main thread gets back); a SIGTERM
+    whose handler is death ends the process after the grace period, as SIG_DFL would have at once."""
+    from distvlog.logger._lifecycle import SIGNAL_GRACE_S
+
+    proc = scripts.start(BLOCKED_IN_C, env={"DISTVLOG_FLUSH_INTERVAL": "3600"})  # only the watcher flushes
+    wait_for_line(proc, "ready")
+    time.sleep(0.5)  # (lets it enter recv; not a speed limit)
+    proc.send_signal(signal.SIGINT)
+    wait_until(lambda: len(scripts.records()) == 2, what="the SIGINT record")
+    time.sleep(SIGNAL_GRACE_S + 1)
+    assert proc.poll() is None  # still blocked: not ended for a SIGINT
+    proc.send_signal(signal.SIGTERM)
+    returncode, out, _ = finish(proc)
+    assert returncode == 128 + signal.SIGTERM and "KeyboardInterrupt" not in out
+    records = [(r.severity, r.line, r.first) for r in scripts.records()]
+    line = line_of(BLOCKED_IN_C, "recv")
+    arrived = "arrived while the main thread was blocked in C, at (most recent call last):"
+    assert records == [("I", line_of(BLOCKED_IN_C, "before"), "before"), ("W", line, f"SIGINT {arrived}"),
+                       ("W", line, f"SIGTERM {arrived}"),
+                       ("F", line, "SIGTERM: the main thread did not return to Python within 3 s (blocked in C, "
+                                   "such as an MPI call that cannot complete); exited with status 143")]
+    assert scripts.records()[1].more[-1].strip().startswith("MPI.COMM_SELF.recv(source=0)")  # the stack's last line
+
+
 def test_sigkill_leaves_only_whole_records(scripts):
     proc = scripts.start(LOOP.format(prologue="", message=THREE_LINES))
     wait_for_line(proc, "ready")
