@@ -328,7 +328,8 @@ def _apart(a: float, b: float) -> float:
 def outliers(logs: Logs, factor: float) -> list[dict]:
     """Gradients (aligned by step, op, slot, occurrence) whose norm is more than `factor` times off those of
     a majority of ranks. Sorted norms cut where neighbours are more than `factor` apart form clusters; when
-    no cluster holds a majority (a 2-2 split) nothing says which side is off: one 'split' entry names both."""
+    no cluster holds a majority (a 2-2 split) nothing says which side is off: one 'split' entry names both.
+    Otherwise every rank more than `factor` off the majority cluster's median is an outlier."""
     aligned: dict[tuple, dict[int, Stat]] = defaultdict(dict)
     for rank, stats in logs.stats.items():
         seen: dict[tuple, int] = defaultdict(int)
@@ -346,8 +347,6 @@ def outliers(logs: Logs, factor: float) -> list[dict]:
             if _apart(low, high) > factor:
                 clusters.append([])
             clusters[-1].append((high, rank))
-        if len(clusters) == 1:
-            continue
         first = per_rank[norms[0][1]]
         majority = max(clusters, key=len)
         if 2 * len(majority) <= len(norms):
@@ -356,10 +355,13 @@ def outliers(logs: Logs, factor: float) -> list[dict]:
                         "groups": [{"ranks": sorted(r for _, r in c), "norms": [c[0][0], c[-1][0]]}
                                    for c in clusters]})
             continue
+        # Every rank is judged by the majority's median: a chain of small steps can join a cluster to one far off.
         median = statistics.median(n for n, _ in majority)
-        for norm, rank in (entry for c in clusters if c is not majority for entry in c):
+        off = [(norm, rank) for norm, rank in norms if _apart(norm, median) > factor]
+        others = sorted({rank for _, rank in majority} - {rank for _, rank in off})
+        for norm, rank in off:
             out.append({"kind": "outlier", "rank": rank, "step": step, "node": per_rank[rank].node, "slot": slot,
-                        "norm": norm, "median": median, "others": sorted(r for _, r in majority),
+                        "norm": norm, "median": median, "others": others,
                         "ratio": _apart(norm, median), "site": per_rank[rank].site})
     return sorted(out, key=lambda o: (o["step"], -o["ratio"]))
 

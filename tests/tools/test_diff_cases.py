@@ -212,6 +212,14 @@ def test_a_two_two_split_in_gradient_norms_blames_neither_side(tmp_path, capsys)
         "to 120; no majority says which is off (and 3 more gradients there)"])
 
 
+def test_a_rank_far_off_is_an_outlier_even_when_a_chain_of_ranks_joins_it_to_the_others(tmp_path, capsys):
+    norms = [1.0, 1.0, 1.0, 8.0, 64.0]  # each neighbour less than 10x apart; rank 4 is 64x off the majority
+    logs = write_logs(tmp_path, {rank: backward(0, norm=norm) for rank, norm in enumerate(norms)})
+    code, out = diff(["--json", logs], capsys)
+    outliers = json.loads(out)["outliers"]
+    assert code == 1 and {(o["rank"], o["ratio"]) for o in outliers} == {(4, 64.0)}
+
+
 def test_with_two_ranks_the_report_says_outliers_were_not_checked(tmp_path, capsys):
     logs = write_logs(tmp_path, {0: backward(0), 1: backward(0, norm=1000.0)})
     assert diff([logs], capsys) == (0, "2 ranks, 8 gradient statistics, 0 allreduces (aligned by step)\n"
