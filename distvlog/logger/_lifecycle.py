@@ -7,6 +7,7 @@ the timer and signal handlers once the file exists. Every hook chains to the one
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -154,7 +155,8 @@ def _after_fork_in_child() -> None:
     parent's watcher (it starts its own with its file)."""
     global _watcher_pipe
     if _watcher_pipe is not None:
-        signal.set_wakeup_fd(-1)
+        with contextlib.suppress(ValueError):  # (only the main thread may; a child's forking thread is it)
+            signal.set_wakeup_fd(-1)
         os.close(_watcher_pipe[0]), os.close(_watcher_pipe[1])
         _watcher_pipe = None
 
