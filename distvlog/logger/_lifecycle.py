@@ -121,31 +121,25 @@ def _watch_signals(fd: int) -> None:
                 continue
             name = signal.Signals(signum).name
             where, stack = _main_thread_at()
-            unechoed_logger("distvlog").warning(f"{name}{BLOCKED_IN_C}, at (most recent call last):\n{stack}",
-                                                **where)
-            SINK.flush()
+            _to_file("warning", f"{name}{BLOCKED_IN_C}, at (most recent call last):\n{stack}", where)
             if handler.ends_process:
                 time.sleep(SIGNAL_GRACE_S - _PROMPT_S)
                 if signal.getsignal(signum) is handler and handler.calls == handler.seen:
                     _exit_from_watcher(name, 128 + signum, where)
 
 
-def _main_thread_at() -> tuple[dict[str, Any], str]:
-    """The main thread's user frame (`file`/`line` fields) and its stack, without how the script was started."""
+def _main_thread_at() -> tuple[traceback.FrameSummary | None, str]:
+    """The main thread's user frame and its stack, without how the script was started."""
     frame = sys._current_frames().get(threading.main_thread().ident)
     frames = traceback.extract_stack(frame) if frame is not None else []
     while len(frames) > 1 and frames[0].filename.startswith((_PACKAGE_DIR, *_LIBRARY_DIRS)):
         del frames[0]  # runpy, `distvlog launch`'s runner
-    at = _users_frame(frames)
-    where = {"file": os.path.basename(at.filename), "line": at.lineno} if at is not None else {}
-    return where, "".join(traceback.format_list(frames)).rstrip() or "  (no Python frame)"
+    return _users_frame(frames), "".join(traceback.format_list(frames)).rstrip() or "  (no Python frame)"
 
 
-def _exit_from_watcher(name: str, status: int, where: dict[str, Any]) -> None:
-    unechoed_logger("distvlog").critical(
-        f"{name}: the main thread did not return to Python within {SIGNAL_GRACE_S:g} s (blocked in C, such as "
-        f"an MPI call that cannot complete); exited with status {status}", **where)
-    SINK.flush()
+def _exit_from_watcher(name: str, status: int, where: traceback.FrameSummary | None) -> None:
+    _to_file("critical", f"{name}: the main thread did not return to Python within {SIGNAL_GRACE_S:g} s (blocked "
+                         f"in C, such as an MPI call that cannot complete); exited with status {status}", where)
     sys.stderr.write(f"distvlog: {name} while the main thread was blocked in C; exiting (see the log)\n")
     os._exit(status)
 
@@ -198,13 +192,17 @@ def log_failure(event: str, exc: BaseException | None, tb: Any, fatal: bool = Tr
     """An F (or E) record where `exc` was raised, to the file only (whoever handles `exc` prints it to
     stderr once), flushed at once. Never raises: it runs while the program is already failing."""
     try:
-        where = _raising_line(exc, tb)
-        log = unechoed_logger("distvlog")
-        (log.critical if fatal else log.error)(event, file=os.path.basename(where.filename) if where else "distvlog",
-                                               line=where.lineno if where else 0)
-        SINK.flush()
+        _to_file("critical" if fatal else "error", event, _raising_line(exc, tb))
     except Exception:
         pass  # a record that cannot be written must not hide the failure itself
+
+
+def _to_file(method: str, event: str, where: traceback.FrameSummary | None) -> None:
+    """A record located at `where` (a frame of the user's), to the file only (whoever handles the failure
+    prints it to stderr once), flushed at once."""
+    file, line = (os.path.basename(where.filename), where.lineno) if where else ("distvlog", 0)
+    getattr(unechoed_logger("distvlog"), method)(event, file=file, line=line)
+    SINK.flush()
 
 
 def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal: bool) -> None:
