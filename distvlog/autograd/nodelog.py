@@ -5,7 +5,8 @@
   3  ===Running_C++_API: <op>_grad<n>===
   4  kernel key and kernel signature (ours: numpy, dtypes, shapes)
   3  ===Finish_C++_API: <op>_grad<n>===, then the Input + Output dump
-  5  one `grad_stats` record per gradient (shape, dtype, L2 norm, min, max, mean, NaN/Inf counts, checksum)
+  5  one `grad_stats` record per gradient: shape, dtype, L2 norm, NaN/Inf counts (what `diff` reads);
+     at 6 also min, max, mean and checksum (four more passes over every gradient)
   3  ===Finish_AD_API_GRAD: <op>_grad===
   4  <node>(0x..) Found pending node: <next>(0x..), per out-edge that received a gradient
 
@@ -30,8 +31,9 @@ _BANNER = "=" * 26
 MAX_VALUES = 24  # elements printed per tensor at level >= 11
 
 
-def grad_stats(a: np.ndarray) -> dict[str, Any]:
-    """Statistics that tell ranks apart: cheap, exact to compare (checksum) and robust to NaN/Inf."""
+def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
+    """Statistics that tell ranks apart, robust to NaN/Inf: the L2 norm and NaN/Inf counts in one pass over a
+    finite gradient; with `detail`, min, max, mean and a checksum (exact to compare) in four more."""
     a = np.asarray(a)
     flat = a.reshape(-1) if a.dtype.kind == "f" else a.reshape(-1).astype(np.float64)  # ints: no wrap-around
     squares = float(np.dot(flat, flat)) if flat.size else 0.0
@@ -42,20 +44,18 @@ def grad_stats(a: np.ndarray) -> dict[str, Any]:
         n_inf = flat.size - int(np.count_nonzero(finite)) - n_nan
         flat = flat[finite]
         squares = float(np.dot(flat, flat)) if flat.size else 0.0
-    empty = flat.size == 0
-    return {
-        "shape": "x".join(map(str, a.shape)),
-        "dtype": dtype_name(a.dtype),
-        "norm": math.sqrt(squares),
-        "min": math.nan if empty else float(np.minimum.reduce(flat)),
-        "max": math.nan if empty else float(np.maximum.reduce(flat)),
-        "mean": math.nan if empty else _sum(flat) / flat.size,
-        "nan": n_nan,
-        "inf": n_inf,
-        "checksum": checksum(a),
-    }
+    stats = {"shape": "x".join(map(str, a.shape)), "dtype": dtype_name(a.dtype), "norm": math.sqrt(squares),
+             "nan": n_nan, "inf": n_inf}
+    if detail:
+        empty = flat.size == 0
+        stats["min"] = math.nan if empty else float(np.minimum.reduce(flat))
+        stats["max"] = math.nan if empty else float(np.maximum.reduce(flat))
+        stats["mean"] = math.nan if empty else _sum(flat) / flat.size
+        stats["checksum"] = checksum(a)
+    return stats
 
 
+_LEAN = ("shape", "dtype", "norm", "nan", "inf")  # grad_stats' fields at level 5
 _ROW = 4096
 _ONES = {kind: np.ones(_ROW, kind) for kind in "fd"}  # per BLAS float type: one row of ones (16/32 KiB)
 
@@ -94,9 +94,11 @@ class NodeLog:
 
     def stats(self, grad: np.ndarray) -> dict[str, Any]:
         held = self._stats.get(id(grad))
-        if held is None:  # (the pass holds the array: its id is not reused meanwhile)
-            held = self._stats[id(grad)] = (grad, grad_stats(grad))
-        return held[1]
+        detail = self.level >= 6
+        if held is None or detail and "checksum" not in held[1]:  # (the pass holds the array: its id is not
+            held = self._stats[id(grad)] = (grad, grad_stats(grad, detail))  # reused meanwhile)
+        stats = held[1]
+        return stats if detail or "checksum" not in stats else {k: stats[k] for k in _LEAN}
 
     def _tensor(self, name: str, a: Any, grad_node: GradNode | None) -> str:
         fields = [f"Name: {name}"]

@@ -262,7 +262,7 @@ def test_gradient_statistics_at_level_5_are_structured(records):
     gx = stats["grad_x"]
     assert gx["tensor"] == x.name + "@Grad" and gx["shape"] == "2x2" and gx["dtype"] == "float64"
     assert gx["norm"] == pytest.approx(2.0) and gx["nan"] == 0 and gx["inf"] == 0
-    assert gx["checksum"] == xxhash.xxh3_64_hexdigest(np.ones((2, 2)).tobytes())  # of the gradient, bit for bit
+    assert not {"min", "max", "mean", "checksum"} & set(gx)  # level 6's
     x2 = dv.to_tensor(np.array([3.0, 4.0]), dtype="float64", stop_gradient=False)
     with dv.backward_vlog_guard(5):
         y2 = x2 * dv.to_tensor(np.array([np.nan, np.inf]))
@@ -270,6 +270,23 @@ def test_gradient_statistics_at_level_5_are_structured(records):
     bad = [r for r in records if r["event"] == "grad_stats" and r.get("node") == y2.grad_fn.name
            and r["slot"] == "grad_x"][0]
     assert (bad["nan"], bad["inf"]) == (1, 1)
+
+
+def test_level_6_statistics_add_min_max_mean_and_checksum_also_for_a_gradient_a_level_5_node_described(records):
+    x = dv.to_tensor(np.array([[1.0, -2.0], [3.0, 4.0]]), dtype="float64", stop_gradient=False)
+    with dv.backward_vlog_guard(6):
+        y = x * 2.0
+    with dv.backward_vlog_guard(5):  # runs first and describes y's gradient (its grad_x) at level 5
+        z = y * x
+    z.sum().backward()
+    stats = {(r["node"], r["slot"]): r for r in records if r["event"] == "grad_stats"}
+    lean, detailed = stats[(z.grad_fn.name, "grad_x")], stats[(y.grad_fn.name, "grad_out")]
+    assert lean["norm"] == detailed["norm"] == pytest.approx(np.linalg.norm(x.numpy()))
+    assert "checksum" not in lean
+    assert (detailed["min"], detailed["max"], detailed["mean"]) == (-2.0, 4.0, 1.5)
+    assert detailed["checksum"] == xxhash.xxh3_64_hexdigest(x.numpy().tobytes())  # of the gradient, bit for bit
+    gx = stats[(y.grad_fn.name, "grad_x")]
+    assert gx["checksum"] == xxhash.xxh3_64_hexdigest((2 * x.numpy()).tobytes())
 
 
 def test_level_5_statistics_hold_a_gradient_only_until_the_node_it_reaches_has_run(records):
