@@ -15,10 +15,12 @@ import numpy as np
 
 META_EVENT = b"distvlog-meta"
 MERGED_MARK = "Merged by distvlog:"
+PROCESSES_MARK = "Merged processes:"  # a merged file's header line listing the process of every file it merged
+_WHO = ("run_id", "rank", "pid", "world_size")  # what a meta record says about the process that wrote it
 _CREATED = re.compile(rb"^Log file created at: (\d{4})/(\d\d)/(\d\d) ")
 _META = re.compile(rb" distvlog:0\] (?:\[rank \d+\] )?distvlog-meta (\{.*\})$")
 _HEADER_LINE = re.compile(rb"^(Log file created at: |Running on machine: |Running duration |Log line format: |"
-                          + MERGED_MARK.encode() + rb")")
+                          + MERGED_MARK.encode() + b"|" + PROCESSES_MARK.encode() + rb")")
 
 
 def is_header_line(line: bytes) -> bool:
@@ -56,9 +58,26 @@ def meta_from_json(obj: dict[str, Any]) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) and "rank" in meta else None
 
 
+def processes_line(metas: list[dict[str, Any]]) -> bytes:
+    """The header line by which a merged file names the processes whose records it holds: their meta records
+    are spread over the file at the times the processes started, past the head a reader looks at."""
+    listed = json.dumps([{k: m.get(k) for k in _WHO} for m in metas], separators=(",", ":"))
+    return f"{PROCESSES_MARK} {listed}\n".encode()
+
+
 def metas_in(text: bytes) -> list[dict[str, Any]]:
-    """The metadata of every `distvlog-meta` record among the whole lines of `text` (glog or JSON lines):
-    a rank file's own, or those of the ranks in a merged timeline (their first records: near its start)."""
+    """Which processes' records a file holds, from the head of the file (`text`, whole lines): a merged
+    file's processes line, else the metadata of every `distvlog-meta` record (glog or JSON lines) in it."""
+    for line in text.split(b"\n", 8)[:8]:  # the header lines, before the first record
+        if not is_header_line(line):
+            break
+        if line.startswith(PROCESSES_MARK.encode()):
+            try:
+                listed = json.loads(line[len(PROCESSES_MARK):])
+            except ValueError:  # cut short by the head's end (hundreds of ranks): their records tell
+                break
+            if isinstance(listed, list) and all(isinstance(m, dict) and "rank" in m for m in listed):
+                return listed
     out = []
     at = text.find(META_EVENT)
     while at >= 0 and (end := text.find(b"\n", at)) >= 0:

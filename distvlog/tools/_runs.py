@@ -5,7 +5,7 @@
   process: the same run and rank, its own pid.
 - Files from several runs are read as asked (users compare runs on purpose), with a warning naming them.
 - Ranks of a run that no file speaks for are named (a warning): a merge or a diff of 3 of 4 ranks is not
-  the whole run. A merged timeline speaks for the ranks whose meta records are in its first block.
+  the whole run. A merged timeline speaks for the processes its header lists (`Merged processes:`).
 """
 
 from __future__ import annotations

@@ -155,7 +155,8 @@ def _write(args: argparse.Namespace, sources: list[Source], merge: KWayMerge, se
             writer: Writer = JsonWriter(fd)
         else:
             hosts = sorted({s.host for s in sources if s.host})
-            writer = Writer(fd, text_header(merge.first_ts, zone, hosts, len(sources), not args.no_clock_correction))
+            writer = Writer(fd, text_header(merge.first_ts, zone, hosts, len(sources), not args.no_clock_correction,
+                                            [meta for s in sources for meta in s.metas]))
         try:
             for batch in merge.batches(select):
                 writer.write(batch)

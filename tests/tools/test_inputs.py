@@ -126,3 +126,17 @@ def test_ranks_without_a_file_are_named(tmp_path, cli, tool):
 
 def _pid(path: Path) -> int:
     return json.loads(path.read_text().split("distvlog-meta ", 1)[1].split("\n", 1)[0])["pid"]
+
+
+def test_a_timeline_names_every_process_it_merged_even_one_that_started_late(tmp_path, cli):
+    run = tmp_path / "run"
+    run.mkdir()
+    early = [(T0 + i, f"I record {i} of the rank that started first, padded to fill the head {'.' * 60}")
+             for i in range(2000)]  # ~260 KB: rank 1's meta record, at its start, comes long after the head
+    (run / "rank-0.log").write_text(ours(0, early, world=2))
+    (run / "rank-1.log").write_text(ours(1, [(T0 + 5000, "I late")], world=2))
+    assert cli("merge", run, "-o", tmp_path / "timeline.log")[0] == 0
+    code, _, err = cli("merge", tmp_path / "timeline.log", "-o", tmp_path / "again.log")
+    assert code == 0 and "warning" not in err  # (before: "no log read from rank 1 of 2")
+    code, _, err = cli("merge", tmp_path / "timeline.log", run / "rank-1.log")
+    assert code == 2 and f"{run}/rank-1.log both hold the records of rank 1 (pid 101)" in err

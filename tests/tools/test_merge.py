@@ -227,8 +227,8 @@ def test_lnav_reads_every_merged_record_with_its_level(tmp_path, cli, glog_run):
                            ":write-csv-to -", str(tmp_path / "m.log")], capture_output=True, text=True, timeout=120,
                           env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
-    header, records = rows[:4], rows[4:]
-    assert all(r["log_level"] == "unknown" for r in header)  # glog's header lines
+    header, records = rows[:5], rows[5:]
+    assert all(r["log_level"] == "unknown" for r in header)  # glog's header lines and the processes line
     levels = {"I": "info", "W": "warning", "E": "error", "F": "fatal"}
     expected = split_records(text)
     assert len(records) == len(expected)
