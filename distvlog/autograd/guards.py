@@ -20,12 +20,36 @@ if TYPE_CHECKING:
 
 
 class _State(threading.local):
+    """What the open guards of this thread say (read by every op: plain attributes), and the guards
+    themselves, innermost last."""
+
     grad_enabled: bool = True
     vlog_tag: int | None = None  # the innermost open backward_vlog_guard's level
     capture: Capture | None = None  # the innermost open capture_backward_subgraph_guard
 
+    def __init__(self) -> None:
+        self.open: dict[str, list[list]] = {"grad_enabled": [], "vlog_tag": [], "capture": []}
+
 
 STATE = _State()
+_UNSET = {"grad_enabled": True, "vlog_tag": None, "capture": None}
+
+
+@contextlib.contextmanager
+def _setting(name: str, value: object) -> Iterator[None]:
+    """Open a guard setting `name` for this thread. Guards form a stack, and closing one removes it from
+    the stack wherever it is: a generator suspended inside a guard and closed after a guard opened later
+    (or in another thread) leaves the setting to the guards still open, not to a value it saw at entry."""
+    state = STATE.__dict__  # this thread's, also when the guard is closed from another thread
+    stack = state["open"][name]
+    entry = [value]  # (its identity marks this guard)
+    stack.append(entry)
+    state[name] = value
+    try:
+        yield
+    finally:
+        stack[:] = [e for e in stack if e is not entry]
+        state[name] = stack[-1][0] if stack else _UNSET[name]
 
 
 def _check_level(level: object) -> int:
@@ -38,26 +62,15 @@ def _check_level(level: object) -> int:
 def backward_vlog_guard(level: int) -> Iterator[None]:
     """Tag the GradNodes (and leaf tensors) this thread creates inside with `level`: when backward runs
     them, everything they print is logged at exactly that level, whatever the global verbosity."""
-    level = _check_level(level)
-    state = STATE
-    outer = state.vlog_tag
-    state.vlog_tag = level
-    try:
+    with _setting("vlog_tag", _check_level(level)):
         yield
-    finally:
-        state.vlog_tag = outer
 
 
 @contextlib.contextmanager
 def no_grad() -> Iterator[None]:
     """Run ops without recording GradNodes (evaluation, optimizer updates)."""
-    state = STATE
-    outer = state.grad_enabled
-    state.grad_enabled = False
-    try:
+    with _setting("grad_enabled", False):
         yield
-    finally:
-        state.grad_enabled = outer
 
 
 def is_grad_enabled() -> bool:
@@ -75,10 +88,5 @@ def capture_backward_subgraph_guard(dump_dir_path: str | Path, need_dump_grad_te
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"capture_backward_subgraph_guard: cannot create {path}: {exc.strerror}") from None
-    state = STATE
-    outer = state.capture
-    state.capture = Capture(path, need_dump_grad_tensors)
-    try:
+    with _setting("capture", Capture(path, need_dump_grad_tensors)):
         yield
-    finally:
-        state.capture = outer

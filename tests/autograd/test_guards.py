@@ -136,6 +136,35 @@ def test_an_exception_inside_the_guard_restores_the_outer_level():
     assert dv.autograd.guards.STATE.vlog_tag is None
 
 
+def test_a_guard_closed_out_of_order_leaves_the_setting_to_the_guards_still_open():
+    x = leaf(2)
+
+    def tagged():
+        with dv.backward_vlog_guard(5):
+            yield dv.sin(x)
+            yield dv.sin(x)
+
+    def ungraded():
+        with dv.no_grad():
+            yield dv.sin(x)
+            yield dv.sin(x)
+
+    state = dv.autograd.guards.STATE
+    it = tagged()
+    next(it)
+    with dv.backward_vlog_guard(3):
+        assert next(it).grad_fn.vlog_level == 3  # the innermost guard is the one opened last
+        assert list(it) == [] and state.vlog_tag == 3  # the generator's guard closed: the one still open says 3
+        assert dv.tanh(x).grad_fn.vlog_level == 3
+    assert state.vlog_tag is None and dv.tanh(x).grad_fn.vlog_level is None  # (Paddle's restore-on-exit: 5 for good)
+    off = ungraded()
+    assert next(off).grad_fn is None
+    other = threading.Thread(target=off.close)  # a guard of this thread, closed from another one
+    other.start()
+    other.join()
+    assert state.grad_enabled and dv.tanh(x).grad_fn is not None
+
+
 @pytest.mark.parametrize("bad", [True, False, 4.0, "4", None])
 def test_the_level_must_be_an_int(bad):
     with pytest.raises(TypeError, match="must be an int"):
