@@ -35,42 +35,39 @@ def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
     """Statistics that tell ranks apart, robust to NaN/Inf: the L2 norm and NaN/Inf counts in one pass over a
     finite gradient; with `detail`, min, max, mean and a checksum (exact to compare) in four more."""
     a = np.asarray(a)
-    flat = a.reshape(-1) if a.dtype.kind == "f" else a.reshape(-1).astype(np.float64)  # ints: no wrap-around
-    squares = float(np.dot(flat, flat)) if flat.size else 0.0
-    n_nan = n_inf = 0
-    if not math.isfinite(squares):  # a NaN or Inf anywhere (or overflowed squares): count, describe the rest
+    wide = a.dtype.kind == "f" and a.dtype.itemsize >= 4  # BLAS's; float16 and ints in float64 (no overflow)
+    flat = a.reshape(-1) if wide else a.reshape(-1).astype(np.float64)
+    norm = math.sqrt(float(np.dot(flat, flat))) if flat.size else 0.0  # (float32 sums in float32: ~1e-4 off
+    n_nan = n_inf = 0                                                    # at 10M elements)
+    if not math.isfinite(norm):  # a NaN or Inf, or squares beyond the dtype's range
         finite = np.isfinite(flat)
         n_nan = int(np.count_nonzero(np.isnan(flat)))
         n_inf = flat.size - int(np.count_nonzero(finite)) - n_nan
-        flat = flat[finite]
-        squares = float(np.dot(flat, flat)) if flat.size else 0.0
-    stats = {"shape": "x".join(map(str, a.shape)), "dtype": dtype_name(a.dtype), "norm": math.sqrt(squares),
+        flat = flat[finite] if n_nan or n_inf else flat
+        largest = float(np.max(np.abs(flat))) if flat.size else 0.0
+        scaled = flat / largest if largest else flat
+        norm = largest * math.sqrt(float(np.dot(scaled, scaled))) if largest else 0.0
+    stats = {"shape": "x".join(map(str, a.shape)), "dtype": dtype_name(a.dtype), "norm": norm,
              "nan": n_nan, "inf": n_inf}
     if detail:
         empty = flat.size == 0
         stats["min"] = math.nan if empty else float(np.minimum.reduce(flat))
         stats["max"] = math.nan if empty else float(np.maximum.reduce(flat))
-        stats["mean"] = math.nan if empty else _sum(flat) / flat.size
+        stats["mean"] = math.nan if empty else float(np.add.reduce(flat, dtype=np.float64)) / flat.size
         stats["checksum"] = checksum(a)
     return stats
 
 
 _LEAN = ("shape", "dtype", "norm", "nan", "inf")  # grad_stats' fields at level 5
-_ROW = 4096
-_ONES = {kind: np.ones(_ROW, kind) for kind in "fd"}  # per BLAS float type: one row of ones (16/32 KiB)
 
 
-def _sum(flat: np.ndarray) -> float:
-    """The sum of a 1-d array; float32/64 by BLAS (rows of 4096 times ones), ~2.5x faster than np.sum's
-    pairwise loop, and the small row of ones stays in cache instead of pushing the model's arrays out."""
-    ones = _ONES.get(flat.dtype.char)
-    if ones is None:
-        return float(flat.sum(dtype=np.float64))
-    rows, tail = divmod(flat.size, _ROW)
-    total = float(np.dot(flat[rows * _ROW:], ones[:tail])) if tail else 0.0
-    if rows:
-        total += sum(np.dot(flat[:rows * _ROW].reshape(rows, _ROW), ones).tolist())  # rows added in float64
-    return total
+def _values(a: np.ndarray) -> str:
+    """A tensor's values, all of them up to MAX_VALUES; beyond, the first and last MAX_VALUES/2 in C order
+    (numpy's own summary keeps 6 per dimension: 6^ndim values)."""
+    if a.size <= MAX_VALUES:
+        return np.array2string(a, separator=", ")
+    flat = np.array2string(a.reshape(-1), threshold=MAX_VALUES, edgeitems=MAX_VALUES // 2, separator=", ")
+    return f"{flat} ({a.size} values, shape {list(a.shape)})"
 
 
 def _impl_ptr(a: Any) -> str:
@@ -110,8 +107,7 @@ class NodeLog:
         if self.level >= 6:
             fields.append(f"ADInfo: {{ GradNode: {grad_node!r} }}" if grad_node is not None else "ADInfo: { None }")
         if self.level >= 11:
-            values = np.array2string(np.asarray(a), threshold=MAX_VALUES, edgeitems=3, separator=", ")
-            fields.append(f"Value: {values}")
+            fields.append(f"Value: {_values(np.asarray(a))}")
         return "[{\n        " + ",\n        ".join(fields) + " }]"
 
     def _inputs(self, grad: np.ndarray) -> str:

@@ -47,3 +47,27 @@ def test_an_integer_gradient_does_not_wrap_around():
     s = grad_stats(a)
     assert s["norm"] == pytest.approx(np.hypot(50_000, 3)) and (s["min"], s["max"], s["mean"]) == (3, 50_000, 25_001.5)
     assert s["dtype"] == "int32" and s["checksum"] == xxhash.xxh3_64_hexdigest(a.tobytes())
+
+
+@pytest.mark.parametrize("a", [np.full(1000, 20.0, np.float16),  # squares beyond float16's 65504
+                               np.array([1e20, -1e20, 3.0], np.float32), np.array([1e200, -1e200], np.float64),
+                               np.array([1e200, np.nan, -np.inf, 1e200], np.float64)], ids=str)
+def test_squares_beyond_the_dtype_range_still_give_the_finite_norm(a):
+    with np.errstate(all="ignore"):
+        s = grad_stats(a)
+    ref = a.astype(np.float64)
+    finite = ref[np.isfinite(ref)]
+    assert (s["nan"], s["inf"]) == (np.isnan(ref).sum(), np.isinf(ref).sum())  # (diff said "clean": inf=0)
+    assert s["norm"] == pytest.approx(np.abs(finite).max() * np.sqrt(((finite / np.abs(finite).max()) ** 2).sum()),
+                                      rel=1e-6)
+
+
+def test_the_mean_of_many_equal_float32_values_is_that_value():
+    a = np.full(10**6, 0.1, np.float32)  # float32 partial sums drift below it: a mean < min
+    s = grad_stats(a)
+    assert s["min"] == s["max"] == s["mean"] == float(np.float32(0.1))
+
+
+def test_level_5_has_no_descriptive_statistics():
+    s = grad_stats(np.ones(3), detail=False)
+    assert set(s) == {"shape", "dtype", "norm", "nan", "inf"}

@@ -301,6 +301,19 @@ def test_gradient_statistics_at_level_5_are_structured(records):
     assert (bad["nan"], bad["inf"]) == (1, 1)
 
 
+def test_level_11_values_stop_at_24_per_tensor_whatever_its_rank(records):
+    x = leaf(6, 6, 6, 6)  # numpy's own summary would print 6 per dimension: 1296 values
+    with dv.backward_vlog_guard(11):
+        y = dv.sin(x)
+    y.sum().backward()
+    dumps = [r["event"] for r in records if r.get("node") == y.grad_fn.name and "Value: " in r["event"]]
+    assert dumps
+    for dump in dumps:
+        for values in re.findall(r"Value: (\[.*?\]) \(", dump, re.S):
+            assert len(re.findall(r"-?\d+\.\d*(?:e[-+]\d+)?", values)) == 24
+        assert "(1296 values, shape [6, 6, 6, 6])" in dump
+
+
 def test_level_6_statistics_add_min_max_mean_and_checksum_also_for_a_gradient_a_level_5_node_described(records):
     x = dv.to_tensor(np.array([[1.0, -2.0], [3.0, 4.0]]), dtype="float64", stop_gradient=False)
     with dv.backward_vlog_guard(6):
