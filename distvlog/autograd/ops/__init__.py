@@ -96,8 +96,18 @@ def reshape(x: Tensor, shape: Sequence[int], name: str | None = None) -> Tensor:
     return _named(apply(_s.RESHAPE, (x,), {"shape": shape}), name)
 
 
+def _permutation(perm: Sequence[int], ndim: int) -> tuple[int, ...]:
+    """`perm` with negative axes counted from the end, as the op records it: its backward inverts it with
+    argsort, which gives the inverse only of a permutation of range(ndim) (argsort([-1, 0]) is [0, 1])."""
+    axes = tuple(a + ndim if a < 0 else a for a in map(int, perm))
+    if sorted(axes) != list(range(ndim)):
+        raise ValueError(f"transpose: perm must be a permutation of the {ndim} axes of x (negative counts from "
+                         f"the end), got perm={list(perm)}")
+    return axes
+
+
 def transpose(x: Tensor, perm: Sequence[int], name: str | None = None) -> Tensor:
-    return _named(apply(_s.TRANSPOSE, (x,), {"perm": tuple(perm)}), name)
+    return _named(apply(_s.TRANSPOSE, (x,), {"perm": _permutation(perm, x.ndim)}), name)
 
 
 def getitem(x: Tensor, index: Any) -> Tensor:
