@@ -96,7 +96,7 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
             edges.append(None)
             continue
         arrays.append(a._data)
-        if differentiable and record and not a.stop_gradient:
+        if differentiable and record and not a._stop_gradient:
             edges.append(a._node or a._grad_node())
             wanted = True
         else:
@@ -105,7 +105,7 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     out, aux = result if op.aux else (result, None)
     if type(out) is not np.ndarray:
         out = np.asarray(out)
-    if not wanted:
+    if not wanted or out.dtype.kind != "f":  # an int or bool result (a cast) takes no gradient, as in PyTorch
         tensor = Tensor(out)
     else:
         capture = state.capture

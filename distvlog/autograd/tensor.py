@@ -20,19 +20,22 @@ class HookHandle:
 
 
 class Tensor:
-    """A tensor as in Paddle's eager mode: `stop_gradient` is True unless you say otherwise."""
+    """A tensor as in Paddle's eager mode: `stop_gradient` is True unless you say otherwise, and only a
+    floating-point tensor may say otherwise."""
 
-    __slots__ = ("_data", "stop_gradient", "grad", "_node", "_accum", "_name", "_vlog_tag", "__weakref__")
+    __slots__ = ("_data", "_stop_gradient", "grad", "_node", "_accum", "_name", "_vlog_tag", "__weakref__")
     __array_priority__ = 100  # numpy defers `ndarray + Tensor` to Tensor.__radd__
 
     def __init__(self, data: np.ndarray, stop_gradient: bool = True, node: GradNode | None = None,
                  name: str | None = None) -> None:
         self._data = data
-        self.stop_gradient = stop_gradient
+        self._name = name
+        if not stop_gradient:
+            self._check_differentiable()
+        self._stop_gradient = stop_gradient
         self.grad: Tensor | None = None
         self._node = node
         self._accum: AccumulationNode | None = None
-        self._name = name
         self._vlog_tag = None
 
     # -- identity ---------------------------------------------------------------------------------
@@ -91,6 +94,23 @@ class Tensor:
                 f"       {body})")
 
     # -- autograd ---------------------------------------------------------------------------------
+    @property
+    def stop_gradient(self) -> bool:
+        return self._stop_gradient
+
+    @stop_gradient.setter
+    def stop_gradient(self, value: bool) -> None:
+        if not value:
+            self._check_differentiable()
+        self._stop_gradient = value
+
+    def _check_differentiable(self) -> None:
+        """Only floating-point tensors take gradients (as in PyTorch): an integer `.grad` would truncate
+        every gradient (x * 0.5 gives 0), silently."""
+        if self._data.dtype.kind != "f":
+            raise TypeError(f"only floating-point tensors can have gradients: {self.name} is {self._data.dtype}; "
+                            f"cast it with .astype('float32') before setting stop_gradient=False")
+
     def _grad_node(self) -> GradNode:
         """The node a gradient for this tensor flows into: its producer, or the leaf's accumulation."""
         node = self._node

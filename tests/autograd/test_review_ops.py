@@ -32,3 +32,32 @@ def test_transpose_refuses_a_perm_that_is_not_a_permutation_of_the_axes(perm):
     with pytest.raises(ValueError, match=r"transpose: perm must be a permutation of the 3 axes of x .*got perm="
                                          + re.escape(str(perm))):
         dv.transpose(dv.to_tensor(r(2, 3, 4)), perm)
+
+
+# -- only floating-point tensors take gradients ----------------------------------------------------------
+@pytest.mark.parametrize("data", [[1, 2, 3], np.array([1, 2], np.int32), [True, False]], ids=["int64", "int32", "bool"])
+def test_to_tensor_refuses_gradients_for_non_float_data(data):
+    with pytest.raises(TypeError, match=r"only floating-point tensors can have gradients: to_tensor\d+_out_\w+ is "
+                                        r"(int64|int32|bool); cast it with \.astype\('float32'\)"):
+        dv.to_tensor(data, stop_gradient=False)
+
+
+def test_int_tensors_refuse_gradients_and_still_serve_as_labels_and_indices():
+    labels = dv.to_tensor([0, 3, 1])
+    labels.name = "labels"
+    with pytest.raises(TypeError, match=r"only floating-point tensors can have gradients: labels is int64"):
+        labels.stop_gradient = False
+    assert labels.stop_gradient
+    labels.stop_gradient = True  # always allowed
+    logits = dv.to_tensor(r(3, 4), dtype="float64", stop_gradient=False)
+    index = dv.to_tensor([2, 0, 2])
+    (dv.nn.functional.cross_entropy(logits, labels) + logits[index].sum()).backward()
+    assert logits.grad is not None and labels.grad is None and index.grad is None
+
+
+def test_casting_to_int_ends_the_gradient_path():
+    x = dv.to_tensor([1.5, -2.5], dtype="float64", stop_gradient=False)
+    y = x.astype("int64")
+    assert y.stop_gradient and y.grad_fn is None
+    (x * y.astype("float64")).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, -2.0])  # only the direct path
