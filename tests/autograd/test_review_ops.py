@@ -61,3 +61,18 @@ def test_casting_to_int_ends_the_gradient_path():
     assert y.stop_gradient and y.grad_fn is None
     (x * y.astype("float64")).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [1.0, -2.0])  # only the direct path
+
+
+# -- matmul: transpose flags on a 1-D operand are ignored, as in Paddle ----------------------------------
+@pytest.mark.parametrize("xs,ys,tx,ty", [((3,), (3, 4), True, False), ((3,), (4, 3), True, True),
+                                         ((2, 3), (3,), False, True), ((3, 2), (3,), True, True),
+                                         ((5, 2, 3), (3,), False, True), ((3,), (5, 3, 4), True, False),
+                                         ((3,), (3,), True, True)], ids=str)
+def test_matmul_transpose_flags_on_a_vector_are_ignored(xs, ys, tx, ty):
+    x, y = r(*xs), r(*ys)
+    expected = np.matmul(np.swapaxes(x, -1, -2) if tx and x.ndim > 1 else x,
+                         np.swapaxes(y, -1, -2) if ty and y.ndim > 1 else y)
+    out = dv.matmul(dv.to_tensor(x, dtype="float64"), dv.to_tensor(y, dtype="float64"), transpose_x=tx,
+                    transpose_y=ty)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
+    check_gradients(lambda a, b: dv.matmul(a, b, transpose_x=tx, transpose_y=ty), x, y)

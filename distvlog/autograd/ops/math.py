@@ -14,27 +14,30 @@ def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.dot(a, b) if a.ndim == 2 and b.ndim == 2 else np.matmul(a, b)
 
 
+def _t(a, transpose):
+    """`a` with its last two axes swapped when asked; a 1-D operand is left alone (Paddle ignores
+    transpose_x/transpose_y for a vector)."""
+    return np.swapaxes(a, -1, -2) if transpose and a.ndim > 1 else a
+
+
 def _matmul_fwd(x, y, transpose_x=False, transpose_y=False):
-    return np.matmul(np.swapaxes(x, -1, -2) if transpose_x else x, np.swapaxes(y, -1, -2) if transpose_y else y)
+    return np.matmul(_t(x, transpose_x), _t(y, transpose_y))
 
 
 def _matmul_bwd(g, x, y, needs_grad, transpose_x=False, transpose_y=False):
     if x.ndim == 1 and y.ndim == 1:
         return g * y, g * x
     vec_x, vec_y = x.ndim == 1, y.ndim == 1  # numpy's rules: a vector is a row on the left, a column on the right
+    tx, ty = transpose_x and not vec_x, transpose_y and not vec_y  # a vector is never transposed
     x2, y2 = (x[None, :] if vec_x else x), (y[:, None] if vec_y else y)
     g2 = np.expand_dims(g, -1) if vec_y else g
     g2 = np.expand_dims(g2, -2) if vec_x else g2
     gx = gy = None
     if needs_grad[0]:
-        b = np.swapaxes(y2, -1, -2) if transpose_y else y2
-        gx = mm(g2, np.swapaxes(b, -1, -2))
-        gx = np.swapaxes(gx, -1, -2) if transpose_x else gx
+        gx = _t(mm(g2, np.swapaxes(_t(y2, ty), -1, -2)), tx)
         gx = gx[..., 0, :] if vec_x else gx
     if needs_grad[1]:
-        a = np.swapaxes(x2, -1, -2) if transpose_x else x2
-        gy = mm(np.swapaxes(a, -1, -2), g2)
-        gy = np.swapaxes(gy, -1, -2) if transpose_y else gy
+        gy = _t(mm(np.swapaxes(_t(x2, tx), -1, -2), g2), ty)
         gy = gy[..., :, 0] if vec_y else gy
     return gx, gy
 
