@@ -195,8 +195,11 @@ class Tensor:
     def __neg__(self) -> Tensor:
         return ops.neg(self)
 
-    def __pow__(self, exponent: float) -> Tensor:
+    def __pow__(self, exponent: Any) -> Tensor:
         return ops.pow(self, exponent)
+
+    def __rpow__(self, base: Any) -> Tensor:
+        return ops.pow(base, self)
 
     def __getitem__(self, index: Any) -> Tensor:
         return ops.getitem(self, index)

@@ -76,3 +76,28 @@ def test_matmul_transpose_flags_on_a_vector_are_ignored(xs, ys, tx, ty):
                     transpose_y=ty)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
     check_gradients(lambda a, b: dv.matmul(a, b, transpose_x=tx, transpose_y=ty), x, y)
+
+
+# -- pow with a tensor exponent, and a number or array base (__rpow__) ------------------------------------
+def positive(*shape: int) -> np.ndarray:
+    return rng.uniform(0.5, 2.0, shape)
+
+
+@pytest.mark.parametrize("fn", [lambda x, y: x ** y, lambda x, y: dv.pow(x, y)], ids=["operator", "dv.pow"])
+@pytest.mark.parametrize("shapes", [((2, 3), (2, 3)), ((2, 3), (3,)), ((3,), (2, 3)), ((), (2, 3))], ids=str)
+def test_pow_with_a_tensor_exponent_differentiates_both_operands(fn, shapes):
+    check_gradients(fn, positive(*shapes[0]), r(*shapes[1]))
+
+
+@pytest.mark.parametrize("fn", [lambda y: 2.0 ** y, lambda y: 3 ** y, lambda y: dv.pow(0.5, y),
+                                lambda y: np.array([1.5, 2.5, 0.7]) ** y],
+                         ids=["float", "int", "dv.pow", "ndarray"])
+def test_number_base_to_a_tensor_power(fn):
+    check_gradients(fn, r(2, 3))
+    out = fn(dv.to_tensor(np.ones((2, 3)), dtype="float64"))
+    assert isinstance(out, dv.Tensor) and out.dtype == np.float64
+
+
+def test_pow_at_a_zero_base_has_finite_gradients():
+    check_gradients(lambda x, y: x ** y, np.zeros(3), np.array([2.0, 3.0, 4.0]))  # d/dy 0**y = 0 for y > 0
+    check_gradients(lambda x: x ** 0, np.array([0.0, 1.0]))  # not 0 * 0**-1 = NaN

@@ -51,8 +51,12 @@ def neg(x: Tensor, name: str | None = None) -> Tensor:
     return _named(apply(_m.NEG, (x,)), name)
 
 
-def pow(x: Tensor, y: float, name: str | None = None) -> Tensor:
-    return _named(apply(_m.POW, (x,), {"y": y}), name)
+def pow(x: Tensor | float, y: float | Tensor, name: str | None = None) -> Tensor:
+    """`x ** y`. A number exponent is an attribute (Paddle's `pow`); a tensor exponent, or a number base
+    (`2.0 ** t`), is an input with its own gradient (Paddle's `elementwise_pow`)."""
+    if isinstance(x, Tensor) and not isinstance(y, (Tensor, np.ndarray)):
+        return _named(apply(_m.POW, (x,), {"y": y}), name)
+    return _named(apply(_m.ELEMENTWISE_POW, (x, y)), name)
 
 
 def exp(x: Tensor, name: str | None = None) -> Tensor:

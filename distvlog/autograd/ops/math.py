@@ -42,13 +42,28 @@ def _matmul_bwd(g, x, y, needs_grad, transpose_x=False, transpose_y=False):
     return gx, gy
 
 
+def _pow_base_grad(g, x, y):
+    """g * y * x**(y-1), zero where y is 0: x**0 is constant, but 0 * 0**-1 would be NaN at x = 0."""
+    return g * np.where(y == 0, 0, y * np.power(x, y - 1))
+
+
+def _elementwise_pow_bwd(g, x, y, out, needs_grad):
+    """The exponent's gradient is x**y * log(x), taken as zero where x is 0 and y >= 0 (as PyTorch does:
+    0**y is flat in y there, but 0 * log(0) is NaN). A negative base has no real log: NaN."""
+    gx = _pow_base_grad(g, x, y) if needs_grad[0] else None
+    gy = g * np.where((x == 0) & (y >= 0), 0, out * np.log(x)) if needs_grad[1] else None
+    return gx, gy
+
+
 ADD = op("add", "x y", np.add, lambda g: (g, g), promote=True)
 SUBTRACT = op("subtract", "x y", np.subtract, lambda g: (g, -g), promote=True)
 MULTIPLY = op("multiply", "x y", np.multiply, lambda g, x, y: (g * y, g * x), saves="x y", promote=True)
 DIVIDE = op("divide", "x y", np.divide, lambda g, x, y: (g / y, -g * x / (y * y)), saves="x y", promote=True)
 MATMUL = op("matmul", "x y", _matmul_fwd, _matmul_bwd, saves="x y needs_grad", promote=True)
 NEG = op("neg", "x", np.negative, lambda g: (-g,))
-POW = op("pow", "x", lambda x, y: np.power(x, y), lambda g, x, y: (g * y * np.power(x, y - 1),), saves="x")
+POW = op("pow", "x", lambda x, y: np.power(x, y), lambda g, x, y: (_pow_base_grad(g, x, y),), saves="x")
+ELEMENTWISE_POW = op("elementwise_pow", "x y", np.power, _elementwise_pow_bwd, saves="x y out needs_grad",
+                     promote=True)
 EXP = op("exp", "x", np.exp, lambda g, out: (g * out,), saves="out")
 LOG = op("log", "x", np.log, lambda g, x: (g / x,), saves="x")
 SIN = op("sin", "x", np.sin, lambda g, x: (g * np.cos(x),), saves="x")
