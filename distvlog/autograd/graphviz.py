@@ -27,6 +27,31 @@ _dumps = itertools.count(1)
 _COLOURS = {"inside": "lightgrey", "outside": "orange", "leaf": "turquoise3"}
 
 
+def _label(*rows: str) -> str:
+    """A quoted DOT label showing `rows` one per line. Backslashes and double quotes are escaped and line
+    breaks inside a row become DOT's, so a tensor named `shared "W"` cannot end the string early."""
+    lines = [line for row in rows for line in (row.splitlines() or [""])]
+    return '"' + "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in lines) + '"'
+
+
+def _render_svg(dot: Path) -> None:
+    """`dot -Tsvg` next to the .dot file. A failure is one warning naming the file (the .dot is still
+    there to read), and a partial .svg is removed."""
+    svg = dot.with_suffix(".svg")
+    try:
+        done = subprocess.run(["dot", "-Tsvg", str(dot), "-o", str(svg)], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        problem = str(exc)
+    else:
+        if done.returncode == 0:
+            return
+        problem = next((line for line in done.stderr.splitlines() if line.strip()),
+                       f"exit status {done.returncode}")
+    svg.unlink(missing_ok=True)
+    _log.warning(f"could not render {dot} as SVG: dot -Tsvg failed: {problem.strip()}")
+
+
 def _dims(meta: tuple | None) -> tuple[str, str]:
     if meta is None:
         return "None", "[]"
@@ -67,13 +92,12 @@ class Capture:
             written.append(self._write(f"{stamp}_grad_tensors.log", self._grad_tensors()))
         if shutil.which("dot"):
             for dot in written[:2]:
-                subprocess.run(["dot", "-Tsvg", str(dot), "-o", str(dot.with_suffix(".svg"))], check=False,
-                               capture_output=True, timeout=60)
+                _render_svg(dot)
         _log.info(f"captured backward subgraph written to {self.path}", files=",".join(p.name for p in written))
 
     def _write(self, name: str, text: str) -> Path:
         target = self.path / name
-        with open(target, "x") as f:  # never over another dump
+        with open(target, "x", encoding="utf-8") as f:  # never over another dump; DOT's default charset
             f.write(text)
         return target
 
@@ -100,17 +124,18 @@ class Capture:
         lines = [f"digraph {'ref_forward_graph' if reverse else 'backward_graph'} {{", "  rankdir=TB;",
                  '  node [shape=box, style="rounded,filled", fontname="Helvetica"];']
         for nid, node in shown.items():
-            lines.append(f'  n{nid:x} [label="{node.name}\\n0x{nid:x}", fillcolor="{_COLOURS[self._kind(node)]}"];')
+            label = _label(node.name, f"0x{nid:x}")
+            lines.append(f'  n{nid:x} [label={label}, fillcolor="{_COLOURS[self._kind(node)]}"];')
         for node in shown.values():
             for slot, nxt in enumerate(node.edges):
                 if nxt is None or id(nxt) not in shown:
                     continue
                 dtype, dims = _dims(node.in_meta[slot])
                 if reverse:
-                    lines.append(f'  n{id(nxt):x} -> n{id(node):x} [label="{dtype}\\n{dims}"];')
+                    lines.append(f"  n{id(nxt):x} -> n{id(node):x} [label={_label(dtype, dims)}];")
                 else:
-                    label = f"{node.input_name(slot)}@Grad\\n{dtype}\\n{dims}"
-                    lines.append(f'  n{id(node):x} -> n{id(nxt):x} [label="{label}"];')
+                    label = _label(f"{node.input_name(slot)}@Grad", dtype, dims)
+                    lines.append(f"  n{id(node):x} -> n{id(nxt):x} [label={label}];")
         return "\n".join(lines + ["}", ""])
 
     def _call_stacks(self) -> str:
