@@ -1,8 +1,9 @@
 """The backward engine.
 
 Roles as in PyTorch's engine: a `GraphTask` is one backward pass (the in-degree of every node it will
-run, a holder per node where arriving gradients are summed, what `grad()` captures); the ready queue holds
-nodes whose gradient is complete; `_run_node` executes one node and `_validate` checks its outputs in one
+visit — for `grad()` only those between the outputs and the inputs —, a holder per node where arriving
+gradients are summed, what `grad()` captures and the inputs it stops at); the ready queue holds nodes
+whose gradient is complete; `_run_node` executes one node and `_validate` checks its outputs in one
 place — the gradient for each input is summed back to the input's shape (undoing broadcasting) and cast
 to its dtype there, so no op has to. Gradient arrays are values: nothing here modifies one in place.
 """
@@ -38,7 +39,7 @@ class BackwardError(RuntimeError):
 class GraphTask:
     """The state of one backward pass."""
 
-    __slots__ = ("dependencies", "holders", "retain_graph", "accumulate", "captured", "level", "pass_id",
+    __slots__ = ("dependencies", "stops", "holders", "retain_graph", "accumulate", "captured", "level", "pass_id",
                  "nodes_run", "captures", "callbacks", "stats")
 
     def __init__(self, roots: dict[GradNode, np.ndarray], retain_graph: bool,
@@ -47,7 +48,7 @@ class GraphTask:
         self.retain_graph = retain_graph
         self.accumulate = captured is None  # grad() leaves `.grad` alone
         self.captured = captured or {}
-        self.dependencies = _dependencies(list(roots), set(self.captured) if captured is not None else None)
+        self.dependencies, self.stops = _graph(list(roots), None if captured is None else set(captured))
         self.level = _rules.level_for(_log._logger.name)
         self.pass_id = next(_passes)
         self.nodes_run = 0
@@ -56,16 +57,30 @@ class GraphTask:
         self.stats: dict = {}  # NodeLog's grad_stats by gradient array: a node's input is its producer's output
 
 
-def _dependencies(roots: list[GradNode], targets: set[GradNode] | None) -> dict[GradNode, int]:
-    """In-degree of every node reachable from the roots (only of those leading to `targets`, if given).
-    Refuses a graph whose saved tensors an earlier backward released, before anything runs."""
-    deps, stack = dict.fromkeys(roots, 0), list(roots)
-    while stack:  # one walk counts the in-degrees as it discovers the nodes
-        node = stack.pop()
-        if node.saved is None:
+def _graph(roots: list[GradNode], targets: set[GradNode] | None) -> tuple[dict[GradNode, int], frozenset[GradNode]]:
+    """The nodes the pass visits with their in-degrees, and those of them it captures without running.
+
+    backward() runs every node reachable from the roots: each leads to a leaf's `.grad`. grad() runs only
+    the nodes through which one of its inputs is reached (PyTorch's exec_info), and stops at an input whose
+    node leads to no other input: the gradient arriving there is the answer, running the node would only
+    throw its result away (and release its saved tensors). Saved tensors an earlier backward released are
+    refused here, before anything runs, and only where this pass needs them."""
+    deps = _reachable(roots)
+    stops: frozenset[GradNode] = frozenset()
+    if targets is not None:
+        deps, stops = _prune(deps, targets)
+    for node in deps:
+        if node.saved is None and node not in stops:
             raise BackwardError(node, "its saved tensors were released by an earlier backward; pass "
                                       "retain_graph=True to that backward to run through the graph again")
-        for nxt in node.edges:
+    return deps, stops
+
+
+def _reachable(roots: list[GradNode]) -> dict[GradNode, int]:
+    """In-degree of every node reachable from the roots."""
+    deps, stack = dict.fromkeys(roots, 0), list(roots)
+    while stack:  # one walk counts the in-degrees as it discovers the nodes
+        for nxt in stack.pop().edges:
             if nxt is None:
                 continue
             if nxt in deps:
@@ -73,13 +88,19 @@ def _dependencies(roots: list[GradNode], targets: set[GradNode] | None) -> dict[
             else:
                 deps[nxt] = 1
                 stack.append(nxt)
-    if targets is None:
-        return deps
-    needed = targets & deps.keys()  # grad(): keep the nodes from which a target can be reached
+    return deps
+
+
+def _prune(deps: dict[GradNode, int], targets: set[GradNode]) -> tuple[dict[GradNode, int], frozenset[GradNode]]:
+    """grad(): keep the reached targets and the nodes from which one can be reached; a target that leads to no
+    other is a stop."""
+    needed: set[GradNode] = set()
     for node in reversed(_topological(deps)):
-        if any(nxt in needed for nxt in node.edges):
+        if any(nxt in needed or nxt in targets for nxt in node.edges):
             needed.add(node)
-    return _in_degrees(needed)
+    reached = targets & deps.keys()
+    stops = frozenset(reached - needed)
+    return _in_degrees(needed | reached), stops
 
 
 def _in_degrees(nodes: set[GradNode]) -> dict[GradNode, int]:
@@ -216,7 +237,7 @@ def _execute(task: GraphTask) -> None:
 
 
 def _run_graph(task: GraphTask) -> None:
-    deps, holders, captured = task.dependencies, task.holders, task.captured
+    deps, holders, captured, stops = task.dependencies, task.holders, task.captured, task.stops
     ready = deque(node for node in holders if deps.get(node) == 0)
     if task.level >= 3:
         _log.vlog_at(3, "backward begin", nodes=len(deps), roots=len(holders), **{"pass": task.pass_id})
@@ -227,6 +248,8 @@ def _run_graph(task: GraphTask) -> None:
             grad = _run_hooks(node, grad)
         if node in captured:
             captured[node] = grad
+            if node in stops:  # grad(): this input's gradient is the answer, and nothing needed lies beyond
+                continue
         level = node.vlog_level if node.vlog_level is not None else task.level
         nlog = NodeLog(node, level, task.pass_id, task.stats) if level >= 3 else None
         if grad is None:  # nothing reached this node: its successors get nothing from it either
