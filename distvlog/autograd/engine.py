@@ -320,12 +320,10 @@ def grad(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor],
             raise RuntimeError(f"grad: input {i} ({t.name}) has stop_gradient=True")
         targets.append(t._grad_node())
     task = GraphTask(_root_grads(outputs, grad_outputs), bool(retain_graph), dict.fromkeys(targets))
+    if not allow_unused:  # before anything runs: the graph stays whole for a retry with allow_unused=True
+        for i, node in enumerate(targets):
+            if node not in task.dependencies:
+                raise RuntimeError(f"grad: input {i} ({inputs[i].name}) is not reachable from the outputs; "
+                                   "pass allow_unused=True to get None for it")
     _execute(task)
-    results: list[Tensor | None] = []
-    for i, node in enumerate(targets):
-        g = task.captured.get(node)
-        if g is None and not allow_unused:
-            raise RuntimeError(f"grad: input {i} ({inputs[i].name}) is not reachable from the outputs; "
-                               "pass allow_unused=True to get None for it")
-        results.append(None if g is None else Tensor(g))
-    return results
+    return [None if g is None else Tensor(g) for g in map(task.captured.get, targets)]

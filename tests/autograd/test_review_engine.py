@@ -55,6 +55,17 @@ def test_grad_wrt_an_intermediate_neither_runs_nor_frees_its_node(records):
     assert_numeric(gx2, lambda a: float((np.exp(a) ** 2).sum()), xs)
 
 
+def test_grad_refuses_an_unused_input_before_running_anything():
+    x, unused = leaf([1.0, -2.0]), leaf([3.0])
+    z = (x * x).sum()
+    with pytest.raises(RuntimeError, match=r"input 1 .* not reachable.*allow_unused=True"):
+        dv.grad(z, [x, unused])
+    assert z.grad_fn.saved is not None and z.grad_fn.edges[0].saved is not None
+    gx, gu = dv.grad(z, [x, unused], allow_unused=True)
+    assert gu is None
+    assert_numeric(gx, lambda a: float((a * a).sum()), np.array([1.0, -2.0]))
+
+
 def test_grad_runs_only_the_nodes_leading_to_its_inputs_and_backward_refuses_a_released_one():
     xs = np.array([0.5, 2.0])
     x, w = leaf(xs), leaf([1.0, 1.5])
