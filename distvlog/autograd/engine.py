@@ -93,13 +93,14 @@ def _reachable(roots: list[GradNode]) -> dict[GradNode, int]:
 
 def _prune(deps: dict[GradNode, int], targets: set[GradNode]) -> tuple[dict[GradNode, int], frozenset[GradNode]]:
     """grad(): keep the reached targets and the nodes from which one can be reached; a target that leads to no
-    other is a stop."""
+    other is a stop. An accumulation node is none: it has nowhere to send a gradient, and running it under
+    grad() only logs the gradient its leaf receives."""
     needed: set[GradNode] = set()
     for node in reversed(_topological(deps)):
         if any(nxt in needed or nxt in targets for nxt in node.edges):
             needed.add(node)
     reached = targets & deps.keys()
-    stops = frozenset(reached - needed)
+    stops = frozenset(node for node in reached - needed if type(node) is not AccumulationNode)
     return _in_degrees(needed | reached), stops
 
 
@@ -191,13 +192,13 @@ def _run_node(task: GraphTask, node: GradNode, grad: np.ndarray, nlog: NodeLog |
     return fitted
 
 
-def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None) -> None:
-    """Add into the leaf's `.grad`, then run its post-accumulate hooks (their errors are theirs to word:
-    they reach the caller of backward() as raised)."""
-    leaf = node.leaf()
+def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None, into_grad: bool) -> None:
+    """Add into the leaf's `.grad` (unless grad() runs the node: then it only logs), then run its
+    post-accumulate hooks (their errors are theirs to word: they reach the caller of backward() as raised)."""
     if nlog is not None:
         nlog.begin(grad)
-    if leaf is not None:
+    leaf = node.leaf()
+    if into_grad and leaf is not None:
         if leaf.grad is None:  # `.grad` is the user's to modify in place: never a read-only (broadcast) view
             leaf.grad = Tensor(grad if type(grad) is np.ndarray and grad.flags.writeable else np.array(grad))
         else:
@@ -255,8 +256,7 @@ def _run_graph(task: GraphTask) -> None:
         if grad is None:  # nothing reached this node: its successors get nothing from it either
             outputs: tuple = (None,) * len(node.edges)
         elif type(node) is AccumulationNode:
-            if task.accumulate:
-                _accumulate(node, grad, nlog)
+            _accumulate(node, grad, nlog, task.accumulate)
             outputs = ()
         else:
             outputs = _run_node(task, node, grad, nlog)

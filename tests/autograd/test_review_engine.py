@@ -81,3 +81,14 @@ def test_grad_runs_only_the_nodes_leading_to_its_inputs_and_backward_refuses_a_r
     with pytest.raises(BackwardError, match=rf"{y.grad_fn.name}.*released"):
         z.backward()
     assert x.grad is None
+
+
+def test_grad_logs_a_tagged_leaf_receiving_its_gradient_without_touching_dot_grad(records):
+    with dv.backward_vlog_guard(4):
+        x = dv.to_tensor(np.array([1.0, -1.0]), dtype="float64", stop_gradient=False)
+    (gx,) = dv.grad((x * x).sum(), [x])
+    acc = [r["event"] for r in records if r.get("node") == "GradNodeAccumulation"]
+    assert any("begin run" in e for e in acc) and any("Finish_AD_API_GRAD" in e for e in acc)
+    assert any(x.name + "@Grad" in e for e in acc)
+    assert x.grad is None
+    assert_numeric(gx, lambda a: float((a * a).sum()), np.array([1.0, -1.0]))
