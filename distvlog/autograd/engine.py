@@ -192,6 +192,12 @@ def _run_node(task: GraphTask, node: GradNode, grad: np.ndarray, nlog: NodeLog |
     return fitted
 
 
+def _writable(grad: np.ndarray) -> np.ndarray:
+    """`grad` itself, or a copy of a read-only one (sum's and mean's broadcast views): a gradient handed to
+    the user, as `.grad` or by grad(), is theirs to modify in place (clipping, scaling)."""
+    return grad if type(grad) is np.ndarray and grad.flags.writeable else np.array(grad)
+
+
 def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None, into_grad: bool) -> None:
     """Add into the leaf's `.grad` (unless grad() runs the node: then it only logs), then run its
     post-accumulate hooks (their errors are theirs to word: they reach the caller of backward() as raised)."""
@@ -199,10 +205,7 @@ def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None, 
         nlog.begin(grad)
     leaf = node.leaf()
     if into_grad and leaf is not None:
-        if leaf.grad is None:  # `.grad` is the user's to modify in place: never a read-only (broadcast) view
-            leaf.grad = Tensor(grad if type(grad) is np.ndarray and grad.flags.writeable else np.array(grad))
-        else:
-            leaf.grad = Tensor(leaf.grad._data + grad)
+        leaf.grad = Tensor(_writable(grad) if leaf.grad is None else leaf.grad._data + grad)
         for hook in node.post_hooks or ():
             hook(leaf)
     if nlog is not None:
@@ -326,4 +329,4 @@ def grad(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor],
                 raise RuntimeError(f"grad: input {i} ({inputs[i].name}) is not reachable from the outputs; "
                                    "pass allow_unused=True to get None for it")
     _execute(task)
-    return [None if g is None else Tensor(g) for g in map(task.captured.get, targets)]
+    return [None if g is None else Tensor(_writable(g)) for g in map(task.captured.get, targets)]

@@ -92,3 +92,16 @@ def test_grad_logs_a_tagged_leaf_receiving_its_gradient_without_touching_dot_gra
     assert any(x.name + "@Grad" in e for e in acc)
     assert x.grad is None
     assert_numeric(gx, lambda a: float((a * a).sum()), np.array([1.0, -1.0]))
+
+
+def test_grad_hands_out_writable_arrays_copied_only_when_read_only():
+    x = leaf(np.ones((2, 3)))
+    for reduce in (dv.Tensor.sum, dv.Tensor.mean):  # their gradients are broadcast (read-only) views
+        (g,) = dv.grad(reduce(x), [x])
+        g.numpy()[0, 0] = 7.0
+        assert g.numpy()[0, 1] == (1.0 if reduce is dv.Tensor.sum else 1 / 6)
+    seen = []
+    x.register_hook(lambda t: seen.append(t.numpy()))
+    (g,) = dv.grad(((x * 3) * (x * 3)).sum(), [x])
+    assert g.numpy() is seen[0], "a writable gradient is handed out as it is, not copied"
+    assert_numeric(g, lambda a: float(((a * 3) ** 2).sum()), np.ones((2, 3)))
