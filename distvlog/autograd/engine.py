@@ -200,12 +200,17 @@ def _writable(grad: np.ndarray) -> np.ndarray:
 
 def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None, into_grad: bool) -> None:
     """Add into the leaf's `.grad` (unless grad() runs the node: then it only logs), then run its
-    post-accumulate hooks (their errors are theirs to word: they reach the caller of backward() as raised)."""
+    post-accumulate hooks (their errors are theirs to word: they reach the caller of backward() as raised).
+
+    The read-modify-write of `.grad` holds the node's lock, as PyTorch's AccumulateGrad does: passes in
+    other threads may add into the same leaf. The hooks run after it is released: one may block (an
+    allreduce waiting for other ranks) or run a backward itself."""
     if nlog is not None:
         nlog.begin(grad)
     leaf = node.leaf()
     if into_grad and leaf is not None:
-        leaf.grad = Tensor(_writable(grad) if leaf.grad is None else leaf.grad._data + grad)
+        with node.lock:
+            leaf.grad = Tensor(_writable(grad) if leaf.grad is None else leaf.grad._data + grad)
         for hook in node.post_hooks or ():
             hook(leaf)
     if nlog is not None:

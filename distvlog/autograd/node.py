@@ -4,6 +4,7 @@ tags its creator's thread put on it (vlog level, subgraph capture, forward call 
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from types import CodeType
 from typing import TYPE_CHECKING, Any, Callable
@@ -114,7 +115,7 @@ ACCUMULATION = OpDef("accumulation", ("grad",), forward=lambda g: g, backward=la
 class AccumulationNode(GradNode):
     """GradNodeAccumulation: the end of every path, adding the gradient into a leaf tensor's `.grad`."""
 
-    __slots__ = ("leaf", "producer", "post_hooks")
+    __slots__ = ("leaf", "producer", "post_hooks", "lock")
 
     def __init__(self, leaf: Tensor) -> None:
         data = leaf._data
@@ -122,6 +123,7 @@ class AccumulationNode(GradNode):
         self.leaf = weakref.ref(leaf)
         self.producer: GradNode | None = None  # the node that last sent this leaf a gradient
         self.post_hooks: list[Callable] | None = None  # run after backward() updated `.grad`
+        self.lock = threading.Lock()  # held by the engine while it updates `.grad` (passes may run in threads)
 
     @property
     def name(self) -> str:

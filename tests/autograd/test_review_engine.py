@@ -4,6 +4,7 @@ hands out writable arrays; backward() threads accumulating into one leaf lose no
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import numpy as np
@@ -13,7 +14,7 @@ import distvlog as dv
 from distvlog.autograd.engine import BackwardError
 
 
-def leaf(values) -> dv.Tensor:
+def leaf(values: object) -> dv.Tensor:
     return dv.to_tensor(np.asarray(values, dtype=np.float64), dtype="float64", stop_gradient=False)
 
 
@@ -105,3 +106,25 @@ def test_grad_hands_out_writable_arrays_copied_only_when_read_only():
     (g,) = dv.grad(((x * 3) * (x * 3)).sum(), [x])
     assert g.numpy() is seen[0], "a writable gradient is handed out as it is, not copied"
     assert_numeric(g, lambda a: float(((a * 3) ** 2).sum()), np.ones((2, 3)))
+
+
+def test_threads_running_backward_into_one_leaf_lose_no_update():
+    w = leaf(np.zeros((300, 300)))
+    w * 1.0  # the leaf's accumulation node exists before the threads start
+    steps, start, errors = 150, threading.Barrier(2), []
+
+    def work() -> None:
+        try:
+            start.wait()
+            for _ in range(steps):
+                (w * 1.0).sum().backward()
+        except BaseException as exc:  # noqa: BLE001 (reported by the main thread's assertion)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((300, 300), 2.0 * steps))
