@@ -66,12 +66,16 @@ def _promote(op: OpDef, args: tuple) -> tuple:
     return tuple(cast(a, target) if isinstance(a, Tensor) and a._data.dtype != target else a for a in args)
 
 
-def _saved(op: OpDef, arrays: list, out: np.ndarray, aux: dict | None, edges: list) -> tuple:
-    """What the op's backward receives after the gradient, fetched by its save plan."""
-    saved = []
+def _saved(op: OpDef, args: tuple, arrays: list, out: np.ndarray, aux: dict | None,
+           edges: list) -> tuple[tuple, tuple]:
+    """What the op's backward receives after the gradient, fetched by its save plan; and the versions of the
+    parameters among the saved inputs (what optimizers change in place)."""
+    saved, versions = [], []
     for kind, i in op.save_plan:
         if kind == "in":
             saved.append(arrays[i])
+            if edges[i] is not None and args[i]._node is None:  # a leaf taking gradients: a parameter
+                versions.append((args[i], args[i]._version))
         elif kind == "out":
             saved.append(out)
         elif kind == "shape":
@@ -80,7 +84,7 @@ def _saved(op: OpDef, arrays: list, out: np.ndarray, aux: dict | None, edges: li
             saved.append(tuple(e is not None for e in edges))
         else:
             saved.append(aux[i])
-    return tuple(saved)
+    return tuple(saved), tuple(versions)
 
 
 def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
@@ -109,8 +113,9 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
         tensor = Tensor(out)
     else:
         capture = state.capture
-        node = GradNode(op, next_seq(op.name), tuple(edges), _saved(op, arrays, out, aux, edges), attrs, out,
-                        state.vlog_tag, capture, _user_site(capture is not None))
+        saved, versions = _saved(op, args, arrays, out, aux, edges)
+        node = GradNode(op, next_seq(op.name), tuple(edges), saved, attrs, out, state.vlog_tag, capture,
+                        _user_site(capture is not None), versions)
         if capture is not None:
             capture.add(node)
         tensor = Tensor(out, False, node)

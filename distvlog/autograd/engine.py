@@ -63,16 +63,22 @@ def _graph(roots: list[GradNode], targets: set[GradNode] | None) -> tuple[dict[G
     backward() runs every node reachable from the roots: each leads to a leaf's `.grad`. grad() runs only
     the nodes through which one of its inputs is reached (PyTorch's exec_info), and stops at an input whose
     node leads to no other input: the gradient arriving there is the answer, running the node would only
-    throw its result away (and release its saved tensors). Saved tensors an earlier backward released are
-    refused here, before anything runs, and only where this pass needs them."""
+    throw its result away (and release its saved tensors). Saved tensors an earlier backward released, or
+    leaves changed in place since the forward saved them, are refused here: before anything runs, and only
+    where this pass needs them."""
     deps = _reachable(roots)
     stops: frozenset[GradNode] = frozenset()
     if targets is not None:
         deps, stops = _prune(deps, targets)
     for node in deps:
-        if node.saved is None and node not in stops:
+        if node in stops:
+            continue
+        if node.saved is None:
             raise BackwardError(node, "its saved tensors were released by an earlier backward; pass "
                                       "retain_graph=True to that backward to run through the graph again")
+        changed = node.versions and node.changed_input()
+        if changed:
+            raise BackwardError(node, changed)
     return deps, stops
 
 
@@ -188,7 +194,7 @@ def _run_node(task: GraphTask, node: GradNode, grad: np.ndarray, nlog: NodeLog |
     if nlog is not None:
         nlog.finish(grad, fitted)
     if not task.retain_graph:
-        node.saved = None
+        node.saved, node.versions = None, ()
     return fitted
 
 

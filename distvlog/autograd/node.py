@@ -69,16 +69,17 @@ class Site:
 class GradNode:
     """The backward half of one forward op call."""
 
-    __slots__ = ("op", "seq", "edges", "saved", "attrs", "out_shape", "out_dtype", "vlog_level", "capture",
-                 "site", "hooks", "__weakref__")
+    __slots__ = ("op", "seq", "edges", "saved", "versions", "attrs", "out_shape", "out_dtype", "vlog_level",
+                 "capture", "site", "hooks", "__weakref__")
 
     def __init__(self, op: OpDef, seq: int, edges: tuple[GradNode | None, ...], saved: tuple,
                  attrs: dict[str, Any], out: np.ndarray, vlog_level: int | None, capture: Capture | None,
-                 site: Site | None) -> None:
+                 site: Site | None, versions: tuple[tuple[Tensor, int], ...] = ()) -> None:
         self.op = op
         self.seq = seq
         self.edges = edges  # per input slot: the node its gradient flows to, or None
         self.saved = saved  # None once released by a backward without retain_graph
+        self.versions = versions  # the parameters among the saved inputs, and their versions when saved
         self.attrs = attrs
         self.out_shape = out.shape  # what the gradient arriving here must match
         self.out_dtype = out.dtype
@@ -90,6 +91,16 @@ class GradNode:
     @property
     def name(self) -> str:
         return f"{self.op.name}{self.seq}GradNode"
+
+    def changed_input(self) -> str | None:
+        """Why this node's saved inputs are no longer what the forward saw, if they are not: a leaf changed in
+        place since (an optimizer step between the forward and this backward) would give gradients computed
+        from its new values, silently. (PyTorch's version counter; writes through `.numpy()` go unseen.)"""
+        for tensor, version in self.versions:
+            if tensor._version != version:
+                return (f"its input {tensor.name} was changed in place after the forward used it (an optimizer "
+                        f"step?): version {tensor._version}, saved at {version}; run the forward again first")
+        return None
 
     @property
     def in_meta(self) -> tuple[tuple[tuple[int, ...], np.dtype] | None, ...]:

@@ -23,7 +23,8 @@ class Tensor:
     """A tensor as in Paddle's eager mode: `stop_gradient` is True unless you say otherwise, and only a
     floating-point tensor may say otherwise."""
 
-    __slots__ = ("_data", "_stop_gradient", "grad", "_node", "_accum", "_name", "_vlog_tag", "__weakref__")
+    __slots__ = ("_data", "_stop_gradient", "grad", "_node", "_accum", "_name", "_vlog_tag", "_version",
+                 "__weakref__")
     __array_priority__ = 100  # numpy defers `ndarray + Tensor` to Tensor.__radd__
 
     def __init__(self, data: np.ndarray, stop_gradient: bool = True, node: GradNode | None = None,
@@ -37,6 +38,7 @@ class Tensor:
         self._node = node
         self._accum: AccumulationNode | None = None
         self._vlog_tag = None
+        self._version = 0  # bumped by every in-place change we make (optimizer steps): see GradNode.versions
 
     # -- identity ---------------------------------------------------------------------------------
     @property

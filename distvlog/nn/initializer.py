@@ -43,6 +43,7 @@ class Initializer:
 
     def __call__(self, param: Tensor) -> None:
         param._data[...] = self.sample(param._data.shape).astype(param.dtype, copy=False)
+        param._version += 1
 
     def sample(self, shape: tuple[int, ...]) -> np.ndarray:
         raise NotImplementedError

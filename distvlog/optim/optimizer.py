@@ -52,6 +52,7 @@ class Optimizer:
             if decay:
                 grad = grad + decay * param._data
             self._update(param, grad, lr)
+            param._version += 1
 
     def _update(self, param: Tensor, grad: np.ndarray, lr: float) -> None:
         raise NotImplementedError

@@ -270,3 +270,21 @@ def test_a_hook_cannot_change_a_gradients_dtype():
     (p * 1.0).sum().backward()
     assert p.grad.dtype == np.float32
     np.testing.assert_array_equal(p.grad.numpy(), [2, 2, 2])
+
+
+def test_a_leaf_changed_in_place_after_the_forward_is_refused_before_anything_runs():
+    w = dv.to_tensor(np.array([1.0, 2.0, 3.0]), dtype="float64", stop_gradient=False)
+    b = dv.to_tensor(np.array([1.0]), dtype="float64", stop_gradient=False)
+    loss = (w * w).sum() + (b * 2.0).sum()
+    loss.backward(retain_graph=True)
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0, 6.0])
+    dv.optim.SGD(0.25, [w]).step()  # w changes in place; the graph still holds the old one
+    with pytest.raises(dv.BackwardError, match=r"multiply\d+GradNode.*its input .* was changed in place after "
+                                                r"the forward used it \(an optimizer step\?\): version 1, saved at 0"):
+        loss.backward()  # (before: w.grad += 2 * new w, silently)
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0, 6.0])  # nothing ran: not even b's part
+    np.testing.assert_array_equal(b.grad.numpy(), [2.0])
+    fresh = (w * w).sum()  # a new forward saves the new version
+    w.clear_grad()
+    fresh.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0, 3.0])
