@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import numpy as np
 
 from .guards import STATE
 from .node import AccumulationNode, GradNode, next_seq, tensor_name
+
+_NEW_ACCUMULATION = threading.Lock()
 
 
 class HookHandle:
@@ -119,7 +122,10 @@ class Tensor:
         if node is None:
             node = self._accum
             if node is None:
-                node = self._accum = AccumulationNode(self)
+                with _NEW_ACCUMULATION:  # one node per leaf, also when two threads first use it at once: its
+                    if self._accum is None:  # lock serialises their additions into `.grad`
+                        self._accum = AccumulationNode(self)
+                node = self._accum
         return node
 
     def backward(self, grad_tensor: Tensor | None = None, retain_graph: bool = False) -> None:

@@ -109,8 +109,7 @@ def test_grad_hands_out_writable_arrays_copied_only_when_read_only():
 
 
 def test_threads_running_backward_into_one_leaf_lose_no_update():
-    w = leaf(np.zeros((300, 300)))
-    w * 1.0  # the leaf's accumulation node exists before the threads start
+    w = leaf(np.zeros((300, 300)))  # (its accumulation node is made by whichever thread comes first)
     steps, start, errors = 150, threading.Barrier(2), []
 
     def work() -> None:
