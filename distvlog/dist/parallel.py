@@ -18,7 +18,6 @@ In debug mode (`debug=True` or DISTVLOG_DP_DEBUG=1) the ranks compare notes befo
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from .. import logger as dlog
 from .._checksum import checksum
 from ..autograd import Tensor, is_grad_enabled
 from ..autograd.engine import queue_callback
+from ..logger import _env
 from . import comm as comm_mod
 from .buckets import Bucket, make_buckets
 from .checks import Checks, DataParallelError, nonfinite_text
@@ -36,10 +36,6 @@ _log = dlog.get_logger("distvlog.dist.parallel")
 MB = 1 << 20
 
 __all__ = ["DataParallel", "DataParallelError"]
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "") not in ("", "0", "false", "False")
 
 
 class _Reduction:
@@ -65,7 +61,7 @@ class DataParallel:
         self.params: list[Tensor] = list(layers.parameters())  # frozen ones too: replicas must agree on all
         trainable = [p for p in self.params if not p.stop_gradient]
         self.overlap = overlap
-        self.debug = _env_flag("DISTVLOG_DP_DEBUG") if debug is None else debug
+        self.debug = _env.read("DISTVLOG_DP_DEBUG", _env.boolean, False) if debug is None else bool(debug)
         self.check_every = check_every
         self.step = -1
         self.comm = comm_mod.world().Dup()

