@@ -18,6 +18,8 @@ In debug mode (`debug=True` or DISTVLOG_DP_DEBUG=1) the ranks compare notes befo
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,6 +40,16 @@ MB = 1 << 20
 __all__ = ["DataParallel", "DataParallelError"]
 
 
+def _check_arguments(comm_buffer_size: float, check_every: int) -> None:
+    """Bad arguments are a one-line error at construction, not a ZeroDivisionError steps later."""
+    if (isinstance(comm_buffer_size, bool) or not isinstance(comm_buffer_size, numbers.Real)
+            or not 0 < comm_buffer_size < math.inf):
+        raise ValueError(f"DataParallel: comm_buffer_size must be a positive number of MB, got {comm_buffer_size!r}")
+    if isinstance(check_every, bool) or not isinstance(check_every, numbers.Integral) or check_every < 1:
+        raise ValueError(f"DataParallel: check_every must be an integer >= 1 (steps between parameter hash "
+                         f"checks), got {check_every!r}")
+
+
 class _Reduction:
     """The gradient reduction of one backward pass."""
 
@@ -51,12 +63,14 @@ class _Reduction:
 class DataParallel:
     """Wrap a model (anything with `parameters()` that is called for its forward) for data parallelism.
 
-    `comm_buffer_size` is the bucket size in MB (Paddle's name and default). Collective: construct it on
-    every rank, with the same model.
+    `comm_buffer_size` is the bucket size in MB (Paddle's name and default; > 0), `check_every` the steps
+    between debug mode's parameter hash checks (>= 1). Collective: construct it on every rank, with the same
+    model.
     """
 
     def __init__(self, layers: Any, comm_buffer_size: float = 25, *, overlap: bool = False,
                  debug: bool | None = None, check_every: int = 10) -> None:
+        _check_arguments(comm_buffer_size, check_every)
         self._layers = layers
         self.params: list[Tensor] = list(layers.parameters())  # frozen ones too: replicas must agree on all
         trainable = [p for p in self.params if not p.stop_gradient]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import distvlog as dv
 from distvlog.dist.launch import find_launcher, launcher_kind, mpi_command
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,6 +32,20 @@ def run_job(tmp_path: Path):
         full.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp_path / "logs"), **(env or {}))
         return subprocess.run(cmd, env=full, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     return run
+
+
+# -- 4: constructor arguments ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,message", [
+    ({"check_every": 0}, "check_every must be an integer >= 1 (steps between parameter hash checks), got 0"),
+    ({"check_every": 2.5}, "check_every must be an integer >= 1 (steps between parameter hash checks), got 2.5"),
+    ({"comm_buffer_size": 0}, "comm_buffer_size must be a positive number of MB, got 0"),
+    ({"comm_buffer_size": float("inf")}, "comm_buffer_size must be a positive number of MB, got inf"),
+    ({"comm_buffer_size": "25"}, "comm_buffer_size must be a positive number of MB, got '25'"),
+])
+def test_bad_constructor_arguments_are_named_before_any_communication(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        dv.DataParallel(dv.nn.Linear(2, 2), debug=True, **kwargs)
+    assert str(info.value) == f"DataParallel: {message}"
 
 
 # -- 5: boolean environment variables -------------------------------------------------------------------------
