@@ -3,6 +3,11 @@
 The layout is a pure function of the parameter list (reverse order, as backward produces the last
 layer's gradients first; a new bucket when the size limit is reached or the dtype changes), so every
 rank computes the same buckets without talking to the others.
+
+A bucket's reduction buffer (`buffer()`) holds the gradients, then one use count per parameter: 1 where this
+rank has a gradient for it. The same allreduce sums the counts, so every rank learns which parameters some
+rank used without another collective, and a parameter no rank used keeps `.grad` None, as it would without
+DataParallel (an optimizer then leaves it alone: no weight decay, no Adam moment).
 """
 
 from __future__ import annotations
@@ -36,18 +41,36 @@ class Bucket:
         param = self.params[i]
         return flat[self.offsets[i]:self.offsets[i] + param.size].reshape(param.shape)
 
-    def pack(self) -> np.ndarray:
-        """A new flat array of the parameters' current gradients (zeros for a parameter without one)."""
-        flat = np.zeros(self.size, self.dtype)
+    def buffer(self) -> np.ndarray:
+        """A zeroed reduction buffer: the gradients, then the use counts."""
+        return np.zeros(self.size + len(self.params), self.dtype)
+
+    def gradients(self, flat: np.ndarray) -> np.ndarray:
+        """The gradient part of a reduction buffer (all of a plain gradient array)."""
+        return flat[:self.size]
+
+    def put(self, flat: np.ndarray, i: int, grad: np.ndarray) -> None:
+        """Parameter i's gradient into `flat`; in a reduction buffer also counted as used."""
+        self.slot(flat, i)[...] = grad
+        if len(flat) > self.size:
+            flat[self.size + i] = 1
+
+    def pack(self, flat: np.ndarray | None = None) -> np.ndarray:
+        """The parameters' current gradients in `flat` (by default a new plain array; zeros for a parameter
+        without a gradient, which a reduction buffer does not count)."""
+        flat = np.zeros(self.size, self.dtype) if flat is None else flat
         for i, param in enumerate(self.params):
             if param.grad is not None:
-                self.slot(flat, i)[...] = param.grad.numpy()
+                self.put(flat, i, param.grad.numpy())
         return flat
 
     def unpack(self, flat: np.ndarray) -> None:
-        """Make the reduced flat array the parameters' gradients (views, no copy)."""
+        """Make the reduced gradients the parameters' `.grad` (views, no copy); from a reduction buffer only
+        for the parameters some rank counted: the others keep their `.grad` (None)."""
+        counted = len(flat) > self.size
         for i, param in enumerate(self.params):
-            param.grad = Tensor(self.slot(flat, i))
+            if not counted or flat[self.size + i]:
+                param.grad = Tensor(self.slot(flat, i))
 
 
 def make_buckets(params: list[Tensor], bucket_bytes: int) -> list[Bucket]:

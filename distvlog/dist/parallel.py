@@ -13,6 +13,9 @@ are counted by training forward calls from 0 and bound to every record of the th
 `dv.finalize()`.
 In debug mode (`debug=True` or DISTVLOG_DP_DEBUG=1) the ranks compare notes before each collective
 (`checks.Checks`) and every `check_every` steps compare parameter hashes.
+
+A parameter no rank used in a backward pass keeps `.grad` None (so the optimizer leaves it alone, as without
+DataParallel); one used on some ranks gets the average, with zeros from the others (see `buckets`).
 """
 
 from __future__ import annotations
@@ -155,8 +158,8 @@ class DataParallel:
         that is complete and next in order."""
         flat = reduction.flats.get(bucket.index)
         if flat is None:
-            flat = reduction.flats[bucket.index] = np.zeros(bucket.size, bucket.dtype)
-        bucket.slot(flat, i)[...] = grad
+            flat = reduction.flats[bucket.index] = bucket.buffer()
+        bucket.put(flat, i, grad)
         reduction.delivered[bucket.index].add(i)
         while (reduction.launched < len(self.buckets) and len(reduction.delivered[reduction.launched])
                == len(self.buckets[reduction.launched].params)):
@@ -169,7 +172,7 @@ class DataParallel:
         if flat is None or len(reduction.delivered[bucket.index]) < len(bucket.params):
             # not filled by hooks (overlap off, or parameters without a gradient): backward is over, so
             # every `.grad` holds its accumulated value now
-            flat = reduction.flats[bucket.index] = bucket.pack()
+            flat = reduction.flats[bucket.index] = bucket.pack(bucket.buffer())
         if self.debug:
             bad = nonfinite_text(bucket, flat, self.step, self.comm.rank)
             self._checks.before(f"allreduce of bucket {bucket.index}", self.step, bad)
@@ -192,11 +195,12 @@ class DataParallel:
         self._reduction = None
 
     def _complete(self, bucket: Bucket, flat: np.ndarray) -> None:
-        """Average a reduced bucket and hand it to the parameters' `.grad`."""
-        flat /= self.world_size
+        """Average a reduced bucket and hand it to the `.grad` of the parameters some rank used."""
+        gradients = bucket.gradients(flat)
+        gradients /= self.world_size
         if _log.vlog_is_on(1):
             _log.vlog(1, "allreduce end", step=self.step, bucket=bucket.index,
-                      checksum=checksum(flat))
+                      checksum=checksum(gradients))
             if _log.vlog_is_on(2):
                 for i, param in enumerate(bucket.params):
                     _log.vlog(2, "allreduce param", step=self.step, bucket=bucket.index, param=param.name,

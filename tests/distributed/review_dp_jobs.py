@@ -3,13 +3,70 @@ say goes to `results/rank-R.json` (mpi_jobs.say), as for mpi_jobs.py."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import traceback
 
+import numpy as np
 from mpi_jobs import Params, say
 
 import distvlog as dv
+import distvlog.nn.functional as F
+
+STEPS = 3
+
+
+def batch(rng: np.random.Generator) -> dv.Tensor:
+    return dv.to_tensor(rng.standard_normal((6, 8)).astype("float32"))
+
+
+class Partly(Params):
+    """p2 is used on every rank but rank 1, p3 on none."""
+
+    def __init__(self) -> None:
+        super().__init__([(8, 16), (16, 4), (4,), (4,)], seed=0)
+
+    def __call__(self, x, rank: int):
+        out = super().__call__(x)
+        return out if rank == 1 else out + self.ps[2]
+
+
+def mode_unused(overlap: str, bucket_bytes: str) -> None:
+    """Adam with weight decay through DataParallel, and in this process on every rank's batches (gradients
+    summed in rank order and averaged, a parameter no rank used left without one): the parameters must be
+    bit-identical, and the unused one unmoved."""
+    dv.init()
+    rank, world = dv.get_rank(), dv.get_world_size()
+    model, ref = Partly(), Partly()
+    dp = dv.DataParallel(model, overlap=overlap == "overlap", comm_buffer_size=int(bucket_bytes) / 2**20)
+    opt, ref_opt = (dv.optim.Adam(learning_rate=0.1, parameters=m.parameters(), weight_decay=0.1) for m in (model, ref))
+    rngs = [np.random.default_rng(100 + r) for r in range(world)]
+    unused_before = model.ps[3].numpy().copy()
+    has_grad = []
+    for _ in range(STEPS):
+        xs = [batch(rng) for rng in rngs]
+        F.mse_loss(dp(xs[rank], rank), dv.to_tensor(np.zeros((6, 4), "float32"))).backward()
+        has_grad.append([p.grad is not None for p in model.ps])
+        opt.step()
+        opt.clear_grad()
+        totals: list[np.ndarray | None] = [None] * len(ref.ps)
+        for r, x in enumerate(xs):
+            loss = F.mse_loss(ref(x, r), dv.to_tensor(np.zeros((6, 4), "float32")))
+            for i, g in enumerate(dv.grad([loss], ref.ps, allow_unused=True)):
+                if g is not None:
+                    totals[i] = g.numpy() if totals[i] is None else totals[i] + g.numpy()
+        for p, total in zip(ref.ps, totals):
+            p.grad = None if total is None else dv.to_tensor(total / world)
+        ref_opt.step()
+        ref_opt.clear_grad()
+
+    def digest(m: Partly) -> str:
+        return hashlib.sha256(b"".join(p.numpy().tobytes() for p in m.ps)).hexdigest()
+
+    say(params=digest(model), reference=digest(ref), has_grad=has_grad,
+        unused_moved=float(np.abs(model.ps[3].numpy() - unused_before).max()))
+    dv.finalize()
 
 
 def mode_flags(*values: str) -> None:

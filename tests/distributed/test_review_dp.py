@@ -34,6 +34,17 @@ def run_job(tmp_path: Path):
     return run
 
 
+# -- 3: unused parameters ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overlap,bucket_bytes", [("sync", "100000"), ("overlap", "16"), ("overlap", "100000")])
+def test_unused_parameters_match_a_single_process_reference(run_job, rank_results, overlap, bucket_bytes):
+    got = rank_results(run_job(2, "unused", overlap, bucket_bytes))
+    assert sorted(got) == [0, 1]
+    for r in got.values():
+        assert r["params"] == r["reference"]  # bit for bit
+        assert r["has_grad"] == [[True, True, True, False]] * 3  # p2: rank 0 used it; p3: no rank did
+        assert r["unused_moved"] == 0.0  # Adam's weight decay never saw p3
+
+
 # -- 4: constructor arguments ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs,message", [
     ({"check_every": 0}, "check_every must be an integer >= 1 (steps between parameter hash checks), got 0"),
