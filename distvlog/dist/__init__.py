@@ -48,6 +48,7 @@ def finalize(*, gather: bool = False) -> None:
     `gather=True` copy every rank's log files into rank 0's run directory over MPI."""
     if _state["finalized"]:
         return
+    SINK.flush()  # before any wait: a rank killed while waiting for a dead one keeps its last records
     unbind_context("step")  # bound by DataParallel's forward: records after training belong to no step
     init()
     private = comm.private("session")

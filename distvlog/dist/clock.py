@@ -64,7 +64,9 @@ def measure(comm: MPI.Intracomm, rounds: int = ROUNDS) -> tuple[float, float]:
 
 
 def record(comm: MPI.Intracomm, slot: str) -> tuple[float, float]:
-    """Collective: measure this rank's offset and write it into the header's `slot` (clock_start/_end)."""
+    """Collective: measure this rank's offset and write it into the header's `slot` (clock_start/_end).
+    Flushes first: a rank may wait here for a dead one until the launcher kills it."""
+    SINK.flush()
     offset, uncertainty = measure(comm)
     SINK.set_clock(slot, offset, uncertainty, now_us())
     return offset, uncertainty

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import sys
 import traceback
 
@@ -67,6 +68,24 @@ def mode_unused(overlap: str, bucket_bytes: str) -> None:
     say(params=digest(model), reference=digest(ref), has_grad=has_grad,
         unused_moved=float(np.abs(model.ps[3].numpy() - unused_before).max()))
     dv.finalize()
+
+
+def mode_killed_in_finalize() -> None:
+    """Rank 0 logs a record and finalizes; rank 1 never does: it SIGKILLs rank 0 (as a launcher would) once
+    rank 0's clock-sync ping arrives, i.e. while rank 0 waits in dv.finalize()."""
+    from distvlog.dist import clock, comm
+    from distvlog.logger import SINK
+
+    dv.init()
+    pids = comm.world().allgather(os.getpid())
+    if dv.get_rank() == 0:
+        say(path=str(SINK.path))
+        dv.get_logger("job").info("rank 0's last record before finalize")
+        dv.finalize()
+    else:
+        comm.private("session").Probe(source=0, tag=clock._PING)
+        os.kill(pids[0], signal.SIGKILL)
+        signal.pause()  # until the launcher, seeing rank 0 killed, ends the job
 
 
 def mode_flags(*values: str) -> None:

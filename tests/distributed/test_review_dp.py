@@ -4,6 +4,7 @@ added a backward pass instead of hanging; finalize flushes before it waits; a pa
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +33,14 @@ def run_job(tmp_path: Path):
         full.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp_path / "logs"), **(env or {}))
         return subprocess.run(cmd, env=full, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     return run
+
+
+# -- 2: finalize flushes before it waits ----------------------------------------------------------------------
+def test_a_rank_killed_while_waiting_in_finalize_keeps_its_last_record(run_job, tmp_path):
+    proc = run_job(2, "killed_in_finalize", env={"DISTVLOG_FLUSH_INTERVAL": "1000"})  # no timer flush
+    assert proc.returncode != 0  # rank 0 was SIGKILLed
+    said = json.loads((tmp_path / "results" / "rank-0.json").read_text())
+    assert "rank 0's last record before finalize" in Path(said["path"]).read_text(), proc.stderr
 
 
 # -- 3: unused parameters ---------------------------------------------------------------------------------------
