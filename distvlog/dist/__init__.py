@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..logger import IDENTITY, SINK, configure, get_logger, unbind_context
 from ..logger._rundir import default_run_id
 from . import clock, comm
-from .parallel import DataParallel, DataParallelError
+from .parallel import DataParallel, DataParallelError, check_finalize
 
 _log = get_logger("distvlog.dist")
 _state = {"initialized": False, "finalized": False}
@@ -45,11 +45,13 @@ def init(*, log_dir: str | None = None, format: str | None = None, run_id: str |
 
 def finalize(*, gather: bool = False) -> None:
     """Collective: measure clock offsets again (so `merge` can correct drift), flush, and with
-    `gather=True` copy every rank's log files into rank 0's run directory over MPI."""
+    `gather=True` copy every rank's log files into rank 0's run directory over MPI. In DataParallel's debug
+    mode it first checks that no rank is still reducing gradients (DataParallelError, not a hang)."""
     if _state["finalized"]:
         return
     SINK.flush()  # before any wait: a rank killed while waiting for a dead one keeps its last records
     unbind_context("step")  # bound by DataParallel's forward: records after training belong to no step
+    check_finalize()
     init()
     private = comm.private("session")
     clock.record(private, "clock_end")

@@ -3,14 +3,16 @@ so a disagreement becomes an error on every rank that names ranks and parameters
 silently wrong gradients.
 
 Every check is itself collective and cheap when all is well (one small allgather); the expensive
-details (parameter lists, producing nodes) are exchanged only once something disagrees.
+details (parameter lists, producing nodes) are exchanged only once something disagrees. All DataParallels
+check on one shared communicator, and `dv.finalize()` joins it while a debug-mode one exists: a rank that
+skipped or added a backward pass is named there instead of hanging the clock sync.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -89,12 +91,56 @@ def nonfinite_text(bucket: Bucket, flat: np.ndarray, step: int, rank: int) -> st
     return f"rank {rank} step {step}: " + "; ".join(found)
 
 
-class Checks:
-    """The checks of one DataParallel, on its private communicator."""
+class Note(NamedTuple):
+    """What a rank is about to do, compared across ranks before it does it."""
 
-    def __init__(self, comm: MPI.Intracomm, params: list[Tensor]) -> None:
+    owner: int | None  # the DataParallel's number, in order of construction (None: dv.finalize())
+    fingerprint: str | None  # of the owner's parameter layout
+    step: int
+    at: str  # the collective
+    bad: bool  # a non-finite gradient
+
+    def where(self) -> str:
+        """`allreduce of bucket 0 of step 2 of DataParallel 0`, or `dv.finalize()`."""
+        if self.owner is None:
+            return self.at
+        return f"{self.at}{_of_step(self.step)} of DataParallel {self.owner}"
+
+
+def _of_step(step: int) -> str:
+    return f" of step {step}" if step >= 0 else ""
+
+
+def agree(comm: MPI.Intracomm, note: Note, layout: tuple = (), bad: str | None = None) -> None:
+    """Collective: every rank must bring the same note, without a non-finite gradient (`bad`); else raise
+    DataParallelError on every rank, naming what each was about to do."""
+    notes = comm.allgather(note)
+    if all(n == notes[0] for n in notes) and not notes[0].bad:
+        return
+    details = comm.allgather((layout, bad))
+    problems = []
+    if len({n.owner for n in notes}) > 1:  # another DataParallel, or dv.finalize(): steps are not comparable
+        problems.append(_spread("at", [n.where() for n in notes]))
+    else:
+        if len({n.fingerprint for n in notes}) > 1:
+            problems.append("parameters differ: " + _layout_text([d[0] for d in details]))
+        if len({n.step for n in notes}) > 1:
+            problems.append(_spread("step", [n.step for n in notes]))
+        if len({n.at for n in notes}) > 1:
+            problems.append(_spread("at", [n.at for n in notes]))
+    problems.extend(d[1] for d in details if d[1])
+    what = note.where() if note.owner is None else note.at + _of_step(note.step)
+    raise DataParallelError(f"DataParallel check before {what} failed: " + " | ".join(problems))
+
+
+class Checks:
+    """The checks of one DataParallel, on the communicator all DataParallels share for them (so the checks
+    of two models, and dv.finalize()'s, meet in program order: a rank elsewhere is an error, not a hang)."""
+
+    def __init__(self, comm: MPI.Intracomm, params: list[Tensor], owner: int) -> None:
         self.comm = comm
         self.params = params
+        self.owner = owner
         # a parameter frozen on one rank only would change the gradient buckets: part of the layout
         self.layout = tuple((p.name, tuple(p.shape), str(p.dtype) + (" frozen" if p.stop_gradient else ""))
                             for p in params)
@@ -102,22 +148,10 @@ class Checks:
                                             digest_size=8).hexdigest()
 
     def before(self, collective: str, step: int, bad: str | None = None) -> None:
-        """Collective: all ranks must be about to run the same collective of the same step with the same
-        parameter count, shapes and dtypes, and none may bring a non-finite gradient (`bad`)."""
-        notes = self.comm.allgather((self._fingerprint, step, collective, bad is not None))
-        if all(note == notes[0] for note in notes) and not notes[0][3]:
-            return
-        details = self.comm.allgather((self.layout, bad))
-        problems = []
-        if len({note[0] for note in notes}) > 1:
-            problems.append("parameters differ: " + _layout_text([d[0] for d in details]))
-        if len({note[1] for note in notes}) > 1:
-            problems.append(_spread("step", [note[1] for note in notes]))
-        if len({note[2] for note in notes}) > 1:
-            problems.append(_spread("at", [note[2] for note in notes]))
-        problems.extend(d[1] for d in details if d[1])
-        when = f" of step {step}" if step >= 0 else ""
-        raise DataParallelError(f"DataParallel check before {collective}{when} failed: " + " | ".join(problems))
+        """Collective: all ranks must be about to run the same collective of the same step of this
+        DataParallel with the same parameter count, shapes and dtypes, and none may bring a non-finite
+        gradient (`bad`)."""
+        agree(self.comm, Note(self.owner, self._fingerprint, step, collective, bad is not None), self.layout, bad)
 
     def parameters(self, step: int) -> str:
         """Collective: a digest of all parameters, which must be bit-identical on every rank."""

@@ -12,7 +12,8 @@ At verbosity >= 1 (module `parallel`) each bucket logs `allreduce begin step=S b
 are counted by training forward calls from 0 and bound to every record of the thread (`step=`) until
 `dv.finalize()`.
 In debug mode (`debug=True` or DISTVLOG_DP_DEBUG=1) the ranks compare notes before each collective
-(`checks.Checks`) and every `check_every` steps compare parameter hashes.
+(`checks.Checks`) and every `check_every` steps compare parameter hashes; `dv.finalize()` then compares
+notes too (`check_finalize`), so a rank that skipped or added a backward pass is an error, not a hang.
 
 A parameter no rank used in a backward pass keeps `.grad` None (so the optimizer leaves it alone, as without
 DataParallel); one used on some ranks gets the average, with zeros from the others (see `buckets`).
@@ -21,6 +22,7 @@ DataParallel); one used on some ranks gets the average, with zeros from the othe
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import numbers
 from collections.abc import Callable, Iterator
@@ -35,12 +37,29 @@ from ..autograd.engine import queue_callback
 from ..logger import _env
 from . import comm as comm_mod
 from .buckets import Bucket, make_buckets
-from .checks import Checks, DataParallelError, nonfinite_text
+from .checks import Checks, DataParallelError, Note, agree, nonfinite_text
 
 _log = dlog.get_logger("distvlog.dist.parallel")
 MB = 1 << 20
 
 __all__ = ["DataParallel", "DataParallelError"]
+
+
+_numbers = itertools.count()  # DataParallels in order of construction: collective, so the same on every rank
+_state = {"debug": False}  # a debug-mode DataParallel passed its first check here (so on every rank)
+
+
+def _checks_comm() -> Any:
+    """The communicator all DataParallels' checks and dv.finalize()'s share."""
+    return comm_mod.private("dataparallel-checks")
+
+
+def check_finalize() -> None:
+    """Collective, once a debug-mode DataParallel exists (else free): called by `dv.finalize()` before it
+    waits for the other ranks, so a rank still reducing gradients meets it here and both raise
+    DataParallelError naming what each was doing."""
+    if _state["debug"]:
+        agree(_checks_comm(), Note(None, None, -1, "dv.finalize()", False))
 
 
 def _check_arguments(comm_buffer_size: float, check_every: int) -> None:
@@ -83,11 +102,13 @@ class DataParallel:
         self.step = -1
         self.comm = comm_mod.world().Dup()
         self.world_size = self.comm.size
-        self._checks = Checks(self.comm.Dup(), self.params)
+        self._checks = Checks(_checks_comm(), self.params, next(_numbers))
         self.buckets = make_buckets(trainable, max(1, int(comm_buffer_size * MB)))
         self._reduction: _Reduction | None = None
         self._sync = True
-        self._checks.before("the initial broadcast", self.step)  # always: a mismatched model would hang the broadcast
+        # always: a mismatched model would hang the broadcast, debug mode on some ranks only the first allreduce
+        self._checks.before("the initial broadcast" + (" in debug mode" if self.debug else ""), self.step)
+        _state["debug"] = _state["debug"] or self.debug
         self._broadcast()
         for bucket in self.buckets:
             for i, param in enumerate(bucket.params):
@@ -127,8 +148,8 @@ class DataParallel:
     def check_parameters(self) -> str:
         """Collective: a digest of all parameters; raises DataParallelError naming the parameters and
         ranks when the replicas are not bit-identical."""
-        if self.debug:
-            self._checks.before("parameter hash", self.step)
+        # always: on the shared communicator another allgather (a check, dv.finalize()'s) may meet this one
+        self._checks.before("parameter hash", self.step)
         digest = self._checks.parameters(self.step)
         _log.vlog(1, "parameters identical", digest=digest, params=len(self.params))
         return digest

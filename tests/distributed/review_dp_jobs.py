@@ -22,6 +22,36 @@ def batch(rng: np.random.Generator) -> dv.Tensor:
     return dv.to_tensor(rng.standard_normal((6, 8)).astype("float32"))
 
 
+def backward(model, x: dv.Tensor) -> None:
+    F.mse_loss(model(x), dv.to_tensor(np.zeros((6, 4), "float32"))).backward()
+
+
+def mode_finalize(kind: str, overlap: str) -> None:
+    """Debug mode, STEPS steps; at the last one rank 1 skips the backward (`skip`), runs one more forward and
+    backward (`extra`), or skips the backward of the second of two models (`second`); `debug1`: debug mode on
+    rank 0 only; `none`: nothing wrong. Then dv.finalize(), which must raise where a rank was elsewhere, and
+    once more, which must then end the job normally on every rank."""
+    dv.init()
+    rank, rng = dv.get_rank(), np.random.default_rng(dv.get_rank())
+    error = None
+    try:
+        debug = rank == 0 if kind == "debug1" else True
+        models = [dv.DataParallel(Params([(8, 16), (16, 4)], seed), debug=debug, overlap=overlap == "overlap")
+                  for seed in range(2 if kind == "second" else 1)]
+        for step in range(STEPS):
+            for i, model in enumerate(models):
+                x = batch(rng)
+                if not (step == STEPS - 1 and rank == 1 and kind in ("skip", "second") and i == len(models) - 1):
+                    backward(model, x)
+                if step == STEPS - 1 and rank == 1 and kind == "extra":
+                    backward(model, x)
+        dv.finalize()
+    except dv.dist.DataParallelError as exc:
+        error = str(exc)
+    dv.finalize()
+    say(error=error)
+
+
 class Partly(Params):
     """p2 is used on every rank but rank 1, p3 on none."""
 

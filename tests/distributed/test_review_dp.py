@@ -35,6 +35,26 @@ def run_job(tmp_path: Path):
     return run
 
 
+# -- 1: dv.finalize() joins debug mode's checks ----------------------------------------------------------------
+@pytest.mark.parametrize("kind,overlap,where", [
+    ("skip", "sync", "at allreduce of bucket 0 of step 2 of DataParallel 0 on rank 0, at dv.finalize() on rank 1"),
+    ("skip", "overlap", "at allreduce of bucket 0 of step 2 of DataParallel 0 on rank 0, at dv.finalize() on rank 1"),
+    ("extra", "sync", "at dv.finalize() on rank 0, at allreduce of bucket 0 of step 3 of DataParallel 0 on rank 1"),
+    ("second", "sync", "at allreduce of bucket 0 of step 2 of DataParallel 1 on rank 0, at dv.finalize() on rank 1"),
+    ("debug1", "sync", "at the initial broadcast in debug mode on rank 0, at the initial broadcast on rank 1"),
+])
+def test_a_rank_elsewhere_than_finalize_is_an_error_on_every_rank(run_job, rank_results, kind, overlap, where):
+    got = rank_results(run_job(2, "finalize", kind, overlap))
+    assert sorted(got) == [0, 1]
+    for r in got.values():
+        assert r["error"].startswith("DataParallel check before ") and r["error"].endswith(where), r["error"]
+
+
+def test_finalize_in_debug_mode_passes_when_every_rank_is_there(run_job, rank_results):
+    got = rank_results(run_job(2, "finalize", "none", "overlap"))
+    assert got == {0: {"error": None}, 1: {"error": None}}
+
+
 # -- 2: finalize flushes before it waits ----------------------------------------------------------------------
 def test_a_rank_killed_while_waiting_in_finalize_keeps_its_last_record(run_job, tmp_path):
     proc = run_job(2, "killed_in_finalize", env={"DISTVLOG_FLUSH_INTERVAL": "1000"})  # no timer flush
