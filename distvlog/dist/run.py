@@ -13,17 +13,45 @@ import os
 import runpy
 import sys
 import time
+from types import ModuleType
+from typing import NoReturn
 
 from ..logger import _lifecycle, flush
 
 
-def _abort(code: int) -> None:
-    from mpi4py import MPI  # not comm.world(): its launch check may be the very error being reported
-
+def _abort(code: int) -> NoReturn:
+    """End the whole job with status `code`: through MPI if this rank initialised it, else through a Hydra
+    launcher's PMI connection, else by exiting with `code` (Open MPI ends the job when a rank does so)."""
     flush()
     time.sleep(2 * _lifecycle.FLUSH_INTERVAL_S)
     sys.stderr.flush()
-    MPI.COMM_WORLD.Abort(code)
+    mpi = _initialised_mpi()
+    if mpi is not None:
+        mpi.COMM_WORLD.Abort(code)
+    _pmi_abort(code)
+    raise SystemExit(code)
+
+
+def _initialised_mpi() -> ModuleType | None:
+    """mpi4py's MPI module if this process has initialised MPI and not finalised it, else None. Never
+    initialises MPI (not comm.world(): its launch check may be the very error being reported): MPI_Init waits
+    for every rank, and ranks that finished without MPI, or failed, never come."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else None
+
+
+def _pmi_abort(code: int) -> None:
+    """Ask a Hydra launcher (MPICH's, Intel MPI's) to abort the job, over the PMI connection it gave this rank
+    (PMI_FD), which needs no MPI_Init: the ranks waiting in MPI_Init for this one end with it. Hydra kills
+    this process at once; the wait is bounded, for a PMI_FD that belongs to some other launcher."""
+    fd = os.environ.get("PMI_FD", "")
+    if not fd.isdigit():
+        return
+    try:
+        os.write(int(fd), f"cmd=abort exitcode={code}\n".encode())
+    except OSError:
+        return
+    time.sleep(_lifecycle.SIGNAL_GRACE_S)
 
 
 def _report_exit(exc: SystemExit) -> int:
