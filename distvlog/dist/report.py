@@ -1,40 +1,73 @@
 """What `distvlog launch` says after the job: which rank failed and why (from the F record each rank's
-crash hook wrote, traceback included), the merged timeline, and where the files are."""
+crash hook wrote, traceback included), where a signal found each rank, the merged timeline, and where the
+files are."""
 
 from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .._errors import InputError
-from ..logger._lifecycle import BLOCKED_IN_C
+from ..logger._lifecycle import BLOCKED_IN_C, IN_PYTHON
 from ..tools._notes import plural
-from ..tools.reader import Record, open_sources, read_records
+from ..tools.reader import Record, open_sources
 from .comm import ranks_text
+
+# Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
+_SIGNALLED = {BLOCKED_IN_C: "blocked in C", IN_PYTHON: "running Python"}
+_WF = np.frombuffer(b"WF", np.uint8)
 
 
 def _say(text: str) -> None:
     print(f"distvlog launch: {text}", file=sys.stderr, flush=True)
 
 
-def stop_records(run_dir: Path) -> tuple[dict[int, Record], dict[int, Record]]:
-    """Per rank, its first F record (why it failed) and its first record of where a signal found its main
-    thread blocked in C (where it hung)."""
-    fatal: dict[int, Record] = {}
-    blocked: dict[int, Record] = {}
-    for record in read_records(open_sources([str(run_dir)]), severities="WF"):
-        if record.severity == "F":
-            fatal.setdefault(record.rank, record)
-        elif BLOCKED_IN_C in record.event.partition("\n")[0]:
-            blocked.setdefault(record.rank, record)
-    return fatal, blocked
+@dataclass
+class Scan:
+    """What the report tells from the run's files."""
+
+    fatal: dict[int, Record] = field(default_factory=dict)  # per rank, its first F record: why it failed
+    signalled: dict[int, Record] = field(default_factory=dict)  # its first record of where a signal found it
+
+
+def scan(run_dir: Path) -> Scan:
+    """One pass over the run's files for what the report needs (the F and W records), block by block: logs
+    may be large."""
+    found = Scan()
+    sources = open_sources([str(run_dir)])
+    try:
+        for source in sources:
+            while (block := source.next_block()) is not None:
+                for i in np.flatnonzero(np.isin(block.severity, _WF)).tolist():
+                    _note(found, block.record(i))
+    finally:
+        for source in sources:
+            source.close()
+    return found
+
+
+def _note(found: Scan, record: Record) -> None:
+    if record.severity == "F":
+        found.fatal.setdefault(record.rank, record)
+    elif any(marker in record.event.partition("\n")[0] for marker in _SIGNALLED):
+        found.signalled.setdefault(record.rank, record)
 
 
 def failure_text(record: Record) -> str:
     """`ValueError: boom (train.py:88)`: the last line of the traceback and where it was raised."""
     lines = [line.strip() for line in record.event.splitlines() if line.strip()]
     return f"{lines[-1] if lines else record.event} ({record.file}:{record.line})"
+
+
+def signal_text(record: Record) -> str:
+    """`SIGTERM found its main thread blocked in C at train.py:42`."""
+    first = record.event.partition("\n")[0]
+    state = next(state for marker, state in _SIGNALLED.items() if marker in first)
+    return f"{first.split()[0]} found its main thread {state} at {record.file}:{record.line}"
 
 
 def _merge(run_dir: Path) -> Path | None:
@@ -45,6 +78,15 @@ def _merge(run_dir: Path) -> Path | None:
     return target if main(["merge", str(run_dir), "-o", str(target)]) == 0 else None
 
 
+def _say_grouped(lines: dict[int, str]) -> None:
+    """One line per text, naming the ranks that share it: `ranks 0,2<text>`."""
+    by_text: dict[str, list[int]] = {}
+    for rank, text in sorted(lines.items()):
+        by_text.setdefault(text, []).append(rank)
+    for text, ranks in by_text.items():
+        _say(f"{ranks_text(ranks)}{text}")
+
+
 def after_run(run_dir: Path, ranks: int, code: int) -> int:
     """Report on a finished job; the exit code is the job's (1 if it exited 0 but a rank logged F)."""
     files = sorted(run_dir.glob("rank-*")) if run_dir.is_dir() else []
@@ -53,27 +95,18 @@ def after_run(run_dir: Path, ranks: int, code: int) -> int:
              + (f" (the job exited with code {code})" if code else ""))
         return code
     try:
-        failed, blocked = stop_records(run_dir)
+        found = scan(run_dir)
         timeline = _merge(run_dir)
     except InputError as exc:
         _say(f"cannot read the run's logs: {exc}")
         return code or 1
-    by_reason: dict[str, list[int]] = {}
-    for rank, record in sorted(failed.items()):
-        by_reason.setdefault(failure_text(record), []).append(rank)
-    for reason, ranks_failed in by_reason.items():
-        _say(f"{ranks_text(ranks_failed)} failed: {reason}")
-    by_place: dict[str, list[int]] = {}
-    for rank, record in sorted(blocked.items()):
-        if rank in failed:  # (its failure says where)
-            continue
-        by_place.setdefault(f"{record.event.split()[0]} found its main thread blocked in C at {record.file}:"
-                            f"{record.line}", []).append(rank)
-    for place, ranks_blocked in by_place.items():
-        _say(f"{ranks_text(ranks_blocked)}: {place}")
+    failed = found.fatal
+    _say_grouped({rank: f" failed: {failure_text(record)}" for rank, record in failed.items()})
+    _say_grouped({rank: f": {signal_text(record)}" for rank, record in found.signalled.items()
+                  if rank not in failed})  # (a failure says where)
     if code and not failed:
-        _say(f"the job exited with code {code}; no rank logged an unhandled exception "
-             "(killed by a signal or by the launcher?)")
+        _say(f"the job exited with code {code}; no rank logged an unhandled exception"
+             + ("" if found.signalled else " (killed by a signal or by the launcher?)"))
     logged = {int(m.group(1)) for p in files if (m := re.match(r"rank-(\d+)\.", p.name))}
     missing = set(range(ranks)) - logged
     if missing and timeline is None:  # (else the merge said so: "no log read from ranks ...")

@@ -18,6 +18,7 @@ import traceback
 from typing import Any
 
 from . import _env
+from ._identity import IDENTITY
 from ._logger import unechoed_logger
 from ._sink import SINK, RankFile
 
@@ -58,10 +59,24 @@ class _Handler:
         self.chain = _chain_to(previous)
         self.ends_process = previous == signal.SIG_DFL  # death, no Python code of anyone's (not KeyboardInterrupt)
         self.calls = self.seen = 0  # runs in the main thread; those the watcher has accounted for
+        self.ending = False
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.calls += 1
-        SINK.flush_for_signal(signum, frame, self.chain)
+        SINK.flush_for_signal(signum, frame, self._end if self.ends_process else self.chain)
+
+    def _end(self, signum: int, frame: Any) -> None:
+        """Death by this signal. A rank of a job first logs where its main thread was, then lives on for
+        _HOLD_S: its peers blocked in C got the same signal, and their watchers need _PROMPT_S to log where
+        they are before the launcher, seeing this rank die, kills them with SIGKILL."""
+        if not self.ending and IDENTITY.world_size > 1:
+            self.ending = True  # (a second signal during the hold ends it at once)
+            with contextlib.suppress(Exception):  # the signal must end the process all the same
+                where, stack = _stack_of(frame)
+                _to_file("warning", f"{signal.Signals(signum).name}{IN_PYTHON}, at (most recent call last):\n"
+                                    f"{stack}", where)
+            time.sleep(_HOLD_S)
+        self.chain(signum, frame)
 
 
 def _install_signal_handlers() -> None:
@@ -83,7 +98,9 @@ def _install_signal_handlers() -> None:
 # writes the signal's number to the wakeup fd, which a watcher thread reads.
 SIGNAL_GRACE_S = 3.0  # how long a process may outlive a SIGTERM whose handler would end it
 _PROMPT_S = 0.2  # a main thread that runs Python handles a signal sooner than this
-BLOCKED_IN_C = " arrived while the main thread was blocked in C"  # (`distvlog launch` looks for it)
+_HOLD_S = 5 * _PROMPT_S  # how long a rank that a signal ends in Python outlives it (see _Handler._end)
+BLOCKED_IN_C = " arrived while the main thread was blocked in C"  # (`distvlog launch` looks for both)
+IN_PYTHON = " arrived while the main thread was running Python"
 _watcher_pipe: tuple[int, int] | None = None  # (read, write) ends, while the write end is Python's wakeup fd
 _watcher_pid: int | None = None
 
@@ -130,7 +147,11 @@ def _watch_signals(fd: int) -> None:
 
 def _main_thread_at() -> tuple[traceback.FrameSummary | None, str]:
     """The main thread's user frame and its stack, without how the script was started."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
+    return _stack_of(sys._current_frames().get(threading.main_thread().ident))
+
+
+def _stack_of(frame: Any) -> tuple[traceback.FrameSummary | None, str]:
+    """The user's frame in `frame`'s stack, and the stack, without how the script was started."""
     frames = traceback.extract_stack(frame) if frame is not None else []
     while len(frames) > 1 and frames[0].filename.startswith((_PACKAGE_DIR, *_LIBRARY_DIRS)):
         del frames[0]  # runpy, `distvlog launch`'s runner

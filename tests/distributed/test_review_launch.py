@@ -1,9 +1,15 @@
 """`distvlog launch` when ranks end badly, with real ranks: a rank failing after the others finished without
-MPI, and one failing while the others wait for it in MPI_Init."""
+MPI, one failing while the others wait for it in MPI_Init, and a hung job stopped by SIGTERM."""
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import time
+
 import pytest
+from launch_testkit import run_dir_of
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -66,3 +72,48 @@ def test_a_rank_failing_before_mpi_ends_the_ranks_waiting_in_mpi_init(run_cli, t
     assert proc.returncode != 0 and not _found(proc.stdout, "rank 0 initialised")
     assert (f"distvlog launch: rank 1 failed: ValueError: no data on rank 1 (early.py:{_line(BEFORE_RANK_0, '@raise')})"
             in proc.stderr)
+
+
+HUNG_IN_PYTHON = """
+import sys
+from pathlib import Path
+import numpy as np
+import distvlog as dv
+
+dv.init()
+model = dv.DataParallel(dv.nn.Linear(4, 2))
+x = dv.to_tensor(np.ones((3, 4), "float32"))
+for step in range(3):
+    dv.get_logger("job").info("step", step=step)
+    if step == 1:
+        (Path(sys.argv[1]) / f"ready-{dv.get_rank()}").touch()  # (two ranks' prints may interleave)
+        if dv.get_rank() == 1:
+            while True: sum(range(1000))  # @loop: rank 1 never reaches the allreduce (one line: one place)
+    model(x).sum().backward()  # @allreduce: rank 0 waits in it for rank 1
+"""
+
+
+def test_sigterm_to_a_job_hung_in_python_and_in_c_says_where_each_rank_was(start_cli, tmp_path):
+    """Rank 1 runs Python, so SIGTERM's handler runs in it at once and would end it, and the launcher would
+    then kill rank 0 before its watcher could log where it was blocked: the handler logs where rank 1 was
+    and holds the exit for a moment."""
+    script = tmp_path / "hang.py"
+    script.write_text(HUNG_IN_PYTHON)
+    proc = start_cli("launch", "-n", "2", str(script), str(tmp_path))
+    try:
+        while proc.poll() is None and len(list(tmp_path.glob("ready-*"))) < 2:
+            time.sleep(0.05)
+        time.sleep(0.5)  # (not a speed limit: lets rank 0 enter the allreduce)
+    finally:
+        proc.send_signal(signal.SIGTERM)  # (also if the wait fails: its ranks must not outlive the test)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert (f"distvlog launch: rank 1: SIGTERM found its main thread running Python at "
+            f"hang.py:{_line(HUNG_IN_PYTHON, '@loop')}") in err
+    assert (f"distvlog launch: rank 0: SIGTERM found its main thread blocked in C at "
+            f"hang.py:{_line(HUNG_IN_PYTHON, '@allreduce')}") in err
+    run_dir = run_dir_of(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
+    rank1 = (run_dir / "rank-1.log").read_text()
+    assert re.search(r"^W\S+ \S+ \d+ hang\.py:\d+\] \[rank 1\] SIGTERM arrived while the main thread was running "
+                     r"Python, at \(most recent call last\):.*\n(  .*\n)*    while True: sum\(range\(1000\)\)",
+                     rank1, re.M), rank1
