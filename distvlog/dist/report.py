@@ -1,11 +1,12 @@
 """What `distvlog launch` says after the job: which rank failed and why (from the F record each rank's
-crash hook wrote, traceback included), where a signal found each rank, the merged timeline, and where the
-files are."""
+crash hook wrote, traceback included), where a signal found each rank, which ranks ended without the
+record of a script that ended (killed), the merged timeline, and where the files are."""
 
 from __future__ import annotations
 
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,9 +17,11 @@ from ..logger._lifecycle import BLOCKED_IN_C, IN_PYTHON
 from ..tools._notes import plural
 from ..tools.reader import Record, open_sources
 from .comm import ranks_text
+from .run import END_RECORD
 
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
 _SIGNALLED = {BLOCKED_IN_C: "blocked in C", IN_PYTHON: "running Python"}
+_END = re.compile(rb" distvlog:0\] \[rank \d+\] " + re.escape(END_RECORD.encode()) + rb"\n")
 _WF = np.frombuffer(b"WF", np.uint8)
 
 
@@ -27,23 +30,40 @@ def _say(text: str) -> None:
 
 
 @dataclass
+class Unended:
+    """A rank's own file (not a forked child's) without END_RECORD."""
+
+    rank: int
+    pid: int | None
+    last: str  # its last record's time, as the timeline shows it
+
+
+@dataclass
 class Scan:
     """What the report tells from the run's files."""
 
     fatal: dict[int, Record] = field(default_factory=dict)  # per rank, its first F record: why it failed
     signalled: dict[int, Record] = field(default_factory=dict)  # its first record of where a signal found it
+    unended: list[Unended] = field(default_factory=list)
 
 
 def scan(run_dir: Path) -> Scan:
-    """One pass over the run's files for what the report needs (the F and W records), block by block: logs
-    may be large."""
+    """One pass over the run's files for what the report needs (the F and W records, and whether each rank's
+    file has its end record), block by block: logs may be large."""
     found = Scan()
     sources = open_sources([str(run_dir)])
     try:
         for source in sources:
+            ended, last_ts = False, None
             while (block := source.next_block()) is not None:
+                if len(block):
+                    last_ts = int(block.ts[-1])
+                    ended = ended or bool(block.matching(_END).any())
                 for i in np.flatnonzero(np.isin(block.severity, _WF)).tolist():
                     _note(found, block.record(i))
+            if source.meta and source.file.child_of is None and not ended:
+                last = "its header" if last_ts is None else _clock_text(last_ts, source.utc_offset_s or 0)
+                found.unended.append(Unended(source.meta["rank"], source.meta.get("pid"), last))
     finally:
         for source in sources:
             source.close()
@@ -55,6 +75,11 @@ def _note(found: Scan, record: Record) -> None:
         found.fatal.setdefault(record.rank, record)
     elif any(marker in record.event.partition("\n")[0] for marker in _SIGNALLED):
         found.signalled.setdefault(record.rank, record)
+
+
+def _clock_text(ts_us: int, utc_offset_s: int) -> str:
+    seconds, micros = divmod(ts_us, 1_000_000)
+    return time.strftime("%H:%M:%S", time.gmtime(seconds + utc_offset_s)) + f".{micros:06d}"
 
 
 def failure_text(record: Record) -> str:
@@ -87,6 +112,24 @@ def _say_grouped(lines: dict[int, str]) -> None:
         _say(f"{ranks_text(ranks)}{text}")
 
 
+def _say_unended(unended: list[Unended]) -> None:
+    """The ranks whose file lacks END_RECORD, in a job that failed without an F record. The launcher kills
+    the other ranks with SIGKILL as soon as one dies, so of several the first to die cannot be told apart
+    from the logs (MPICH's launcher prints its pid)."""
+    if not unended:
+        return
+    if len(unended) == 1:
+        rank = unended[0]
+        _say(f"rank {rank.rank} (pid {rank.pid}): its log ends at {rank.last}, before its script ended: killed "
+             "by a signal or os._exit()?")
+        return
+    _say(f"{ranks_text(u.rank for u in unended)} ended before their scripts did: one was killed by a signal or "
+         "called os._exit(), then the launcher killed the others (which one, the logs cannot tell; the "
+         "launcher's message may give its pid)")
+    for rank in unended:
+        _say(f"rank {rank.rank} (pid {rank.pid}): its log ends at {rank.last}")
+
+
 def after_run(run_dir: Path, ranks: int, code: int) -> int:
     """Report on a finished job; the exit code is the job's (1 if it exited 0 but a rank logged F)."""
     files = sorted(run_dir.glob("rank-*")) if run_dir.is_dir() else []
@@ -105,8 +148,10 @@ def after_run(run_dir: Path, ranks: int, code: int) -> int:
     _say_grouped({rank: f": {signal_text(record)}" for rank, record in found.signalled.items()
                   if rank not in failed})  # (a failure says where)
     if code and not failed:
+        unended = [u for u in found.unended if u.rank not in found.signalled]
         _say(f"the job exited with code {code}; no rank logged an unhandled exception"
-             + ("" if found.signalled else " (killed by a signal or by the launcher?)"))
+             + ("" if unended or found.signalled else " (killed by a signal or by the launcher?)"))
+        _say_unended(unended)
     logged = {int(m.group(1)) for p in files if (m := re.match(r"rank-(\d+)\.", p.name))}
     missing = set(range(ranks)) - logged
     if missing and timeline is None:  # (else the merge said so: "no log read from ranks ...")

@@ -4,7 +4,8 @@ As with `python -m mpi4py`, an unhandled exception or a non-zero `sys.exit()` in
 instead of leaving the other ranks waiting in a collective forever; either is logged as an F record. Before
 aborting it waits two flush intervals: the other ranks are usually blocked in MPI with the GIL released, so
 their flush timers get their last records to disk before the launcher kills them with SIGKILL, which no
-handler can catch.
+handler can catch. A script that ends normally leaves END_RECORD as its rank's last word, so that
+`distvlog launch` can tell a rank that was killed (SIGKILL, a segfault, `os._exit()`) from one that ended.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import time
 from types import ModuleType
 from typing import NoReturn
 
-from ..logger import _lifecycle, flush
+from ..logger import SINK, _lifecycle, flush
+
+END_RECORD = "the script ended"  # logged at `distvlog:0`, after finalize()
 
 
 def _abort(code: int) -> NoReturn:
@@ -64,6 +67,13 @@ def _report_exit(exc: SystemExit) -> int:
     return status
 
 
+def _log_end() -> None:
+    """END_RECORD, flushed at once (the launcher may yet kill this rank, as another's failure ends the job).
+    A rank that never logged gets no file for it."""
+    if SINK.file_open:
+        _lifecycle._to_file("info", END_RECORD, None)
+
+
 def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: python -m distvlog.dist.run script.py [args]")
@@ -75,6 +85,7 @@ def main(argv: list[str]) -> None:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             _abort(_report_exit(exc))
+        _log_end()
         raise
     except BaseException:
         sys.excepthook(*sys.exc_info())  # distvlog's hook logs the traceback as an F record, then prints it
@@ -83,6 +94,7 @@ def main(argv: list[str]) -> None:
 
     if is_initialized():
         finalize()  # the closing clock offsets; does nothing if the script finalized already
+    _log_end()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """`distvlog launch` when ranks end badly, with real ranks: a rank failing after the others finished without
-MPI, one failing while the others wait for it in MPI_Init, and a hung job stopped by SIGTERM."""
+MPI, one failing while the others wait for it in MPI_Init, a hung job stopped by SIGTERM, and ranks killed
+by a signal."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ def _line(code: str, marker: str) -> int:
 def _found(text: str, *phrases: str) -> list[str]:
     """Which of `phrases` occur in `text` (pytest's explanation of a failed `not in` diffs long texts slowly)."""
     return [phrase for phrase in phrases if phrase in text]
+
+
+def _meta_pid(log: str) -> int:
+    return int(re.search(r'"pid":(\d+)', log).group(1))
 
 
 # Rank 1 fails only once rank 0 is done: rank 0 never initialised MPI, so rank 1's MPI_Init, which an abort
@@ -112,8 +117,103 @@ def test_sigterm_to_a_job_hung_in_python_and_in_c_says_where_each_rank_was(start
             f"hang.py:{_line(HUNG_IN_PYTHON, '@loop')}") in err
     assert (f"distvlog launch: rank 0: SIGTERM found its main thread blocked in C at "
             f"hang.py:{_line(HUNG_IN_PYTHON, '@allreduce')}") in err
+    assert not _found(err, "before its script", "ended before"), err  # both said where they were
     run_dir = run_dir_of(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
     rank1 = (run_dir / "rank-1.log").read_text()
     assert re.search(r"^W\S+ \S+ \d+ hang\.py:\d+\] \[rank 1\] SIGTERM arrived while the main thread was running "
                      r"Python, at \(most recent call last\):.*\n(  .*\n)*    while True: sum\(range\(1000\)\)",
                      rank1, re.M), rank1
+
+
+KILLED_LAST = """
+import json, os, signal, time
+import distvlog as dv
+from distvlog.logger._sink import SINK
+
+dv.get_logger("job").info("started")
+if dv.get_rank() == 1:
+    rank0 = SINK.path.with_name("rank-0" + SINK.path.suffix)
+    while not rank0.exists():
+        time.sleep(0.01)
+    pid = json.loads(rank0.read_text().split('"pid":', 1)[1].split(",", 1)[0])
+    while os.path.exists(f"/proc/{pid}"):  # rank 0 has ended
+        time.sleep(0.01)
+    dv.get_logger("job").info("about to die")
+    dv.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+"""
+
+
+@pytest.mark.parametrize("fmt", ["glog", "jsonl"])
+def test_a_rank_killed_by_a_signal_is_named_with_its_pid(run_cli, tmp_path, fmt):
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_LAST)
+    proc = run_cli("launch", "-n", "2", str(script), env={"DISTVLOG_FORMAT": fmt})
+    assert proc.returncode != 0
+    run_dir = run_dir_of(proc)
+    suffix = ".log" if fmt == "glog" else ".jsonl"
+    pid = _meta_pid((run_dir / f"rank-1{suffix}").read_text())
+    assert re.search(rf"^distvlog launch: rank 1 \(pid {pid}\): its log ends at \d\d:\d\d:\d\d\.\d{{6}}, before its "
+                     r"script ended: killed by a signal or os._exit\(\)\?$", proc.stderr, re.M), proc.stderr
+    assert not _found(proc.stderr, "launch: rank 0 (pid", "ranks 0,1"), proc.stderr  # rank 0 ended normally
+
+
+OS_EXIT = """
+import os
+import distvlog as dv
+from mpi4py import MPI
+
+dv.init()
+dv.get_logger("job").info("started")
+dv.flush()
+if dv.get_rank() == 1:
+    os._exit(5)
+MPI.COMM_WORLD.Barrier()  # rank 0 waits for rank 1 until the launcher kills it
+"""
+
+
+def test_ranks_killed_together_are_named_without_blaming_one(run_cli, tmp_path):
+    """The launcher kills the ranks left when one dies, with SIGKILL: which of them went first, the logs
+    cannot tell, and the report says so."""
+    script = tmp_path / "exits.py"
+    script.write_text(OS_EXIT)
+    proc = run_cli("launch", "-n", "2", str(script))
+    assert proc.returncode == 5
+    assert ("distvlog launch: ranks 0,1 ended before their scripts did: one was killed by a signal or called "
+            "os._exit(), then the launcher killed the others") in proc.stderr
+    run_dir = run_dir_of(proc)
+    for rank in (0, 1):
+        pid = _meta_pid((run_dir / f"rank-{rank}.log").read_text())
+        assert re.search(rf"^distvlog launch: rank {rank} \(pid {pid}\): its log ends at \d\d:\d\d:\d\d\.\d{{6}}$",
+                         proc.stderr, re.M), proc.stderr
+
+
+FAILING = """
+import distvlog as dv
+from mpi4py import MPI
+
+dv.init()
+if dv.get_rank() == 1:
+    raise ValueError("boom on rank 1")  # @raise
+MPI.COMM_WORLD.Barrier()  # rank 0 waits here until rank 1's abort kills it
+"""
+ENDING = """
+import distvlog as dv
+dv.init()
+dv.get_logger("job").info("done")
+"""
+
+
+def test_ranks_killed_after_another_failed_or_ended_normally_are_not_named(run_cli, tmp_path):
+    """Ranks the abort of a failed rank killed are not suspects; ranks that ended normally log the end."""
+    script = tmp_path / "fail.py"
+    script.write_text(FAILING)
+    failed = run_cli("launch", "-n", "2", str(script))
+    assert f"distvlog launch: rank 1 failed: ValueError: boom on rank 1 (fail.py:{_line(FAILING, '@raise')})" \
+        in failed.stderr
+    assert not _found(failed.stderr, "before its script", "ended before"), failed.stderr
+    script.write_text(ENDING)
+    fine = run_cli("launch", "-n", "2", str(script))
+    assert fine.returncode == 0 and not _found(fine.stderr, "before its script", "ended before"), fine.stderr
+    for rank in (0, 1):
+        assert (run_dir_of(fine) / f"rank-{rank}.log").read_text().endswith(f"] [rank {rank}] the script ended\n")
