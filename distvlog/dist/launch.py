@@ -165,8 +165,9 @@ def run(args: argparse.Namespace) -> int:
     note = f", MPI4PY_LIBMPI={libmpi['MPI4PY_LIBMPI']}" if libmpi else ""
     print(f"distvlog launch: {args.n} ranks with {launcher} ({kind}{note}), run {run_id} in {root}",
           file=sys.stderr, flush=True)
+    started = time.time()
     code = _wait(subprocess.Popen(cmd, env={**os.environ, **env}))
-    return report.after_run(root / run_id, args.n, code)
+    return report.after_run(root / run_id, args.n, code, started)
 
 
 def _check_writable(root: Path, given: str | None) -> None:

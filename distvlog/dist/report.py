@@ -130,12 +130,27 @@ def _say_unended(unended: list[Unended]) -> None:
         _say(f"rank {rank.rank} (pid {rank.pid}): its log ends at {rank.last}")
 
 
-def after_run(run_dir: Path, ranks: int, code: int) -> int:
-    """Report on a finished job; the exit code is the job's (1 if it exited 0 but a rank logged F)."""
+def _no_files(run_dir: Path, code: int, started: float) -> None:
+    """Nothing to merge: say so, and where the ranks logged if a script chose its own run id (`latest` of
+    the log root then points at a run written since the job started)."""
+    _say(f"no rank wrote a log file under {run_dir}: nothing to merge"
+         + (f" (the job exited with code {code})" if code else ""))
+    latest = run_dir.parent / "latest"
+    other = latest.resolve() if latest.is_symlink() else None
+    if other and other != run_dir and any(p.stat().st_mtime >= started for p in other.glob("rank-*")):
+        _say(f"{latest} now points to {other}, written during this job: a script that passes run_id= to "
+             f"dv.init() logs there instead (distvlog merge {other})")
+    else:
+        _say("a script that passes run_id= or log_dir= to dv.init() logs where those say, not here "
+             "(see the ranks' \"logs to\" lines)")
+
+
+def after_run(run_dir: Path, ranks: int, code: int, started: float) -> int:
+    """Report on a finished job (started at `started`, epoch s); the exit code is the job's (1 if it exited
+    0 but a rank logged F)."""
     files = sorted(run_dir.glob("rank-*")) if run_dir.is_dir() else []
     if not files:  # a script that never logs is not a failure: the job's own exit code stands
-        _say(f"no rank wrote a log file under {run_dir}: nothing to merge"
-             + (f" (the job exited with code {code})" if code else ""))
+        _no_files(run_dir, code, started)
         return code
     try:
         found = scan(run_dir)

@@ -1,6 +1,6 @@
 """`distvlog launch` when ranks end badly, with real ranks: a rank failing after the others finished without
-MPI, one failing while the others wait for it in MPI_Init, a hung job stopped by SIGTERM, and ranks killed
-by a signal."""
+MPI, one failing while the others wait for it in MPI_Init, a hung job stopped by SIGTERM, ranks killed by
+a signal, and a script choosing its own run id."""
 
 from __future__ import annotations
 
@@ -217,3 +217,17 @@ def test_ranks_killed_after_another_failed_or_ended_normally_are_not_named(run_c
     assert fine.returncode == 0 and not _found(fine.stderr, "before its script", "ended before"), fine.stderr
     for rank in (0, 1):
         assert (run_dir_of(fine) / f"rank-{rank}.log").read_text().endswith(f"] [rank {rank}] the script ended\n")
+
+
+@pytest.mark.parametrize("init, hint", [
+    ("run_id='myrun'", "latest now points to {logs}/myrun, written during this job: a script that passes run_id= "
+                       "to dv.init() logs there instead (distvlog merge {logs}/myrun)"),
+    ("log_dir='elsewhere'", "a script that passes run_id= or log_dir= to dv.init() logs where those say, not here"),
+])
+def test_a_script_choosing_its_own_run_or_log_dir_is_told_where_its_logs_went(run_cli, tmp_path, init, hint):
+    script = tmp_path / "own.py"
+    script.write_text(f"import distvlog as dv\ndv.init({init})\ndv.get_logger('job').info('hi')\n")
+    proc = run_cli("launch", "-n", "2", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to merge" in proc.stderr
+    assert hint.format(logs=(tmp_path / "logs").resolve()) in proc.stderr, proc.stderr
