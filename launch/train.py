@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
 
 import numpy as np
@@ -27,7 +28,7 @@ import distvlog as dv
 import distvlog.nn.functional as F
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
@@ -37,7 +38,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--guard-level", type=int, default=5, help="backward_vlog_guard level of the middle layer "
                                                                 "(0: no guard)")
     p.add_argument("--inject-nan-rank", type=int, help="rank whose backward produces NaN ...")
-    p.add_argument("--inject-nan-step", type=int, default=3, help="... at this step")
+    p.add_argument("--inject-nan-step", type=int, help="... at this step (default: 3)")
     p.add_argument("--bucket-mb", type=float, default=0.02, help="allreduce bucket size (MB)")
     p.add_argument("--overlap", action="store_true", help="start allreduces during backward")
     p.add_argument("--debug", action="store_true", help="DataParallel debug checks (also DISTVLOG_DP_DEBUG=1)")
@@ -46,10 +47,49 @@ def parse_args() -> argparse.Namespace:
                    help="at the end, copy every rank's log into rank 0's run directory (node-local log dirs)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    for name in ("steps", "batch_size", "hidden"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
-    return args
+    _check(p, args)
+    return p, args
+
+
+def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what would be ignored silently or fail deep inside, as argparse refuses (usage, the reason,
+    status 2). The default --inject-nan-step is set here: given without --inject-nan-rank, it would do nothing."""
+    for name, least in (("steps", 1), ("batch_size", 1), ("hidden", 1), ("guard_level", 0), ("dist_v", 0),
+                        ("inject_nan_rank", 0), ("inject_nan_step", 0)):
+        value = getattr(args, name)
+        if value is not None and value < least:
+            p.error(f"{_flag(name)} {value}: must be at least {least}")
+    for name in ("lr", "bucket_mb"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:  # (NaN too)
+            p.error(f"{_flag(name)} {value}: must be positive")
+    if args.inject_nan_rank is None:
+        if args.inject_nan_step is not None:
+            p.error(f"--inject-nan-step {args.inject_nan_step}: needs --inject-nan-rank")
+        return
+    given = f"--inject-nan-step {args.inject_nan_step}"
+    if args.inject_nan_step is None:
+        args.inject_nan_step, given = 3, "--inject-nan-step 3 (the default)"
+    if args.inject_nan_step >= args.steps:
+        p.error(f"{given}: beyond the last step, {args.steps - 1} (--steps {args.steps})")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_against_world(p: argparse.ArgumentParser, args: argparse.Namespace, rank: int, world: int) -> None:
+    """What needs the world size, checked on every rank after init: every rank exits with status 2, rank 0
+    says why (once), as argparse would; the barrier keeps any rank's exit, which aborts the job under
+    `distvlog launch`, from killing rank 0 before it has said so."""
+    if args.inject_nan_rank is None or args.inject_nan_rank < world:
+        return
+    if rank == 0:
+        p.print_usage(sys.stderr)
+        print(f"{p.prog}: error: --inject-nan-rank {args.inject_nan_rank}: beyond the last rank, {world - 1} "
+              f"({world} ranks)", file=sys.stderr, flush=True)
+    MPI.COMM_WORLD.Barrier()
+    sys.exit(2)
 
 
 def load_data(seed: int) -> tuple[np.ndarray, np.ndarray, str]:
@@ -90,10 +130,11 @@ class MLP(dv.nn.Layer):
 
 
 def main() -> None:
-    args = parse_args()
+    parser, args = parse_args()
     dv.init()
-    dv.set_vlog_level({"parallel": args.dist_v})
     rank, world = dv.get_rank(), dv.get_world_size()
+    check_against_world(parser, args, rank, world)
+    dv.set_vlog_level({"parallel": args.dist_v})
     log = dv.get_logger("train")
 
     features, labels, data_name = load_data(args.seed)

@@ -1,16 +1,19 @@
 """`distvlog launch` when ranks end badly, with real ranks: a rank failing after the others finished without
-MPI, one failing while the others wait for it in MPI_Init, a hung job stopped by SIGTERM, ranks killed by
-a signal, and a script choosing its own run id."""
+MPI, a hung job stopped by SIGTERM, a rank killed by a signal, a script choosing its own run id, and
+launch/train.py refusing bad values."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
-from launch_testkit import run_dir_of
+from launch_testkit import TRAIN, run_dir_of
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -231,3 +234,28 @@ def test_a_script_choosing_its_own_run_or_log_dir_is_told_where_its_logs_went(ru
     assert proc.returncode == 0, proc.stderr
     assert "nothing to merge" in proc.stderr
     assert hint.format(logs=(tmp_path / "logs").resolve()) in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--guard-level", "-1"], "--guard-level -1: must be at least 0"),
+    (["--bucket-mb", "-1"], "--bucket-mb -1.0: must be positive"),
+    (["--lr", "0"], "--lr 0.0: must be positive"),
+    (["--inject-nan-rank", "0", "--inject-nan-step", "9"], "--inject-nan-step 9: beyond the last step, 2 (--steps 3)"),
+    (["--inject-nan-rank", "0"], "--inject-nan-step 3 (the default): beyond the last step, 2 (--steps 3)"),
+    (["--inject-nan-step", "1"], "--inject-nan-step 1: needs --inject-nan-rank"),
+])
+def test_train_refuses_bad_values_as_argparse_does(tmp_path, args, message):
+    """Checked before MPI starts: `python train.py` alone shows it."""
+    env = {**os.environ, "PYTHONPATH": str(Path(TRAIN).parents[1]), "DISTVLOG_LOG_DIR": str(tmp_path / "logs")}
+    proc = subprocess.run([sys.executable, TRAIN, "--steps", "3", *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == f"train.py: error: {message}", proc.stderr
+
+
+def test_train_refuses_a_nan_rank_beyond_the_world_once_on_every_rank(run_cli):
+    proc = run_cli("launch", "-n", "2", TRAIN, "--steps", "3", "--inject-nan-rank", "5", "--inject-nan-step", "1")
+    assert proc.returncode == 2
+    assert proc.stderr.count("train.py: error: --inject-nan-rank 5: beyond the last rank, 1 (2 ranks)\n") == 1
+    assert re.search(r"^distvlog launch: ranks 0,1 failed: exited with status 2 \(train\.py:\d+\)$", proc.stderr, re.M)
+    assert not _found(proc.stdout, "step   0")
