@@ -183,10 +183,15 @@ def mode_clock(rounds: str) -> None:
     say(offset=offset, uncertainty=uncertainty)
 
 
-if __name__ == "__main__":
+def run(jobs: dict) -> None:
+    """Run the job the command line names among `jobs` (a job module's globals); a crash is said, then raised."""
     mode, *args = sys.argv[1:]
     try:
-        globals()[f"mode_{mode}"](*args)
+        jobs[f"mode_{mode}"](*args)
     except Exception:
         say(crash=traceback.format_exc())
         raise
+
+
+if __name__ == "__main__":
+    run(globals())

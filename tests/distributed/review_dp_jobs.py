@@ -6,11 +6,9 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import sys
-import traceback
 
 import numpy as np
-from mpi_jobs import Params, say
+from mpi_jobs import Params, run, say
 
 import distvlog as dv
 import distvlog.nn.functional as F
@@ -132,9 +130,4 @@ def mode_flags(*values: str) -> None:
 
 
 if __name__ == "__main__":
-    mode, *args = sys.argv[1:]
-    try:
-        globals()[f"mode_{mode}"](*args)
-    except Exception:
-        say(crash=traceback.format_exc())
-        raise
+    run(globals())
