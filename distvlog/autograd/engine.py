@@ -278,6 +278,7 @@ def _run_graph(task: GraphTask) -> None:
         if node.capture is not None:
             node.capture.record(node, grad, outputs)
             task.captures.add(node.capture)
+        sent = [] if nlog is not None else None
         for nxt, g in zip(node.edges, outputs):
             if nxt is None or nxt not in deps:
                 continue
@@ -286,11 +287,13 @@ def _run_graph(task: GraphTask) -> None:
                 holders[nxt] = g if held is None else held + g
                 if type(nxt) is AccumulationNode:
                     nxt.producer = node
-                if nlog is not None:
-                    nlog.pending(nxt, g, summed=held is not None, in_degree=deps[nxt] - 1)
+                if sent is not None:
+                    sent.append((nxt, g, held is not None, deps[nxt] - 1))
             deps[nxt] -= 1
             if deps[nxt] == 0:
                 ready.append(nxt)
+        if sent:
+            nlog.pending(sent)
 
 
 def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None] | None) -> dict:

@@ -80,12 +80,13 @@ def _impl_ptr(a: Any) -> str:
 class NodeLog:
     """The log of one node run; created by the engine only when the node's level is 3 or more."""
 
-    __slots__ = ("node", "level", "log", "api", "_stats", "_inputs_text")
+    __slots__ = ("node", "level", "log", "api", "label", "_stats", "_inputs_text")
 
     def __init__(self, node: GradNode, level: int, pass_id: int, stats: dict[int, tuple]) -> None:
         self.node, self.level = node, level
         self.log = LineWriter(_log, level, node=node.name, **{"pass": pass_id})
         self.api = node.name if isinstance(node, AccumulationNode) else node.op.grad_name
+        self.label = repr(node)
         self._stats = stats  # the pass's: id(gradient) -> (gradient, its grad_stats), from producer to consumer
         self._inputs_text = ""
 
@@ -97,18 +98,20 @@ class NodeLog:
         stats = held[1]
         return stats if detail or "checksum" not in stats else {k: stats[k] for k in _LEAN}
 
-    def _tensor(self, name: str, a: Any, grad_node: GradNode | None) -> str:
-        fields = [f"Name: {name}"]
-        if self.level >= 4:
-            fields += ["Initialized: 1", f"Tensor_Ptr:0x{id(a):x}", f"Tensor_Impl_Ptr: {_impl_ptr(a)}"]
-        if self.level >= 5:
-            a = np.asarray(a)
-            fields.append(f"TensorInfo: {{ Type: DenseTensor, Dtype: {dtype_name(a.dtype)}, Place: CPU, Shape: {list(a.shape)} }}")
-        if self.level >= 6:
-            fields.append(f"ADInfo: {{ GradNode: {grad_node!r} }}" if grad_node is not None else "ADInfo: { None }")
-        if self.level >= 11:
-            fields.append(f"Value: {_values(np.asarray(a))}")
-        return "[{\n        " + ",\n        ".join(fields) + " }]"
+    def _tensor(self, name: str, a: np.ndarray, grad_node: GradNode | None) -> str:
+        level = self.level
+        if level < 4:
+            return f"[{{\n        Name: {name} }}]"
+        text = (f"[{{\n        Name: {name},\n        Initialized: 1,\n        Tensor_Ptr:0x{id(a):x},\n"
+                f"        Tensor_Impl_Ptr: {_impl_ptr(a)}")
+        if level >= 5:
+            text += (f",\n        TensorInfo: {{ Type: DenseTensor, Dtype: {dtype_name(a.dtype)}, Place: CPU, "
+                     f"Shape: {list(a.shape)} }}")
+        if level >= 6:
+            text += f",\n        ADInfo: {{ GradNode: {grad_node!r} }}" if grad_node is not None else ",\n        ADInfo: { None }"
+        if level >= 11:
+            text += f",\n        Value: {_values(np.asarray(a))}"
+        return text + " }]"
 
     def _inputs(self, grad: np.ndarray) -> str:
         """The Input dump: the incoming gradient and the saved tensors (the same at begin and finish)."""
@@ -124,52 +127,61 @@ class NodeLog:
         return self._inputs_text
 
     def begin(self, grad: np.ndarray) -> None:
+        node, api, level = self.node, self.api, self.level
+        records: list[tuple[int, str, None]] = []  # (only the texts of the node's levels are built)
+        if level >= 4:
+            records.append((4, f"{self.label} begin run", None))
+        if level >= 5:
+            records.append((5, f"{self.label} has {sum(e is not None for e in node.edges)} out edges to run", None))
+        records += [(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}", None),
+                    (3, f"{{ Input: {self._inputs(grad)}}} ", None)]
+        if not isinstance(node, AccumulationNode):
+            records.append((3, f"{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}", None))
+            if level >= 4:
+                records += [(4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]", None),
+                            (4, self._kernel(grad), None)]
+            if level >= 7:
+                records.append((7, "Run Backward Kernel", None))
+        self.log.lines(records)
+
+    def _kernel(self, grad: np.ndarray) -> str:
         node, api = self.node, self.api
-        with self.log.burst() as log:
-            if self.level >= 4:  # (texts of levels above the node's are not even built)
-                log(4, f"{node!r} begin run")
-            if self.level >= 5:
-                log(5, f"{node!r} has {sum(e is not None for e in node.edges)} out edges to run")
-            log(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}")
-            log(3, f"{{ Input: {self._inputs(grad)}}} ")
-            if isinstance(node, AccumulationNode):
-                return
-            log(3, f"{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}")
-            if self.level >= 4:
-                log(4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]")
-                ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
-                outs = [meta for meta in node.in_meta if meta is not None]
-                sig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {list(a.shape)}" for a in ins)
-                osig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {list(s)}" for s, d in outs)
-                attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
-                log(4, f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}')
-            log(7, "Run Backward Kernel")
+        ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
+        outs = [meta for meta in node.in_meta if meta is not None]
+        sig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {list(a.shape)}" for a in ins)
+        osig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {list(s)}" for s, d in outs)
+        attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
+        return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 
     def finish(self, grad: np.ndarray, outputs: tuple) -> None:
-        """Texts and statistics first, then the lines: numpy's passes over the gradients would leave the
-        logging code's caches cold between two records."""
         node, api = self.node, self.api
-        grads = [(i, f"grad_{slot}", g) for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
-        outs = [f" ( {slot} , {self._tensor(node.input_name(i) + '@Grad', g, node.edges[i])})" for i, slot, g in grads]
-        dump = f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } "
-        stats = [self.stats(grad)] + [self.stats(g) for _, _, g in grads] if self.level >= 5 else ()
-        if stats and all(g is not grad for _, _, g in grads):
-            del self._stats[id(grad)]  # arrived and not passed on: the pass need not hold this gradient any more
-        with self.log.burst() as log:
-            if not isinstance(node, AccumulationNode):
-                log(3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}")
-            log(3, dump)
-            if stats:
-                site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
-                log(5, "grad_stats", slot="grad_out", tensor=node.out_name + "@Grad", **site, **stats[0])
-                for (i, slot, _), numbers in zip(grads, stats[1:]):
-                    log(5, "grad_stats", slot=slot, tensor=node.input_name(i) + "@Grad", **site, **numbers)
-            log(3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}")
+        grads = [(i, f"grad_{slot}", node.input_name(i) + "@Grad", g)
+                 for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
+        outs = [f" ( {slot} , {self._tensor(name, g, node.edges[i])})" for i, slot, name, g in grads]
+        records: list[tuple[int, str, dict[str, Any] | None]] = []
+        if not isinstance(node, AccumulationNode):
+            records.append((3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}", None))
+        records.append((3, f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } ", None))
+        if self.level >= 5:
+            site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
+            records.append((5, "grad_stats", {"slot": "grad_out", "tensor": node.out_name + "@Grad", **site,
+                                              **self.stats(grad)}))
+            records += [(5, "grad_stats", {"slot": slot, "tensor": name, **site, **self.stats(g)})
+                        for _, slot, name, g in grads]
+            if all(g is not grad for *_, g in grads):
+                del self._stats[id(grad)]  # arrived and not passed on: the pass need not hold this gradient any more
+        records.append((3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}", None))
+        self.log.lines(records)
 
-    def pending(self, nxt: GradNode, grad: np.ndarray, summed: bool, in_degree: int) -> None:
-        log = self.log
-        if self.level >= 6:
-            log(6, f"{self.node!r} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, dims={list(grad.shape)}")
-            log(7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}")
-        if self.level >= 4:
-            log(4, f"{self.node!r} Found pending node: {nxt!r}", in_degree=in_degree)
+    def pending(self, sent: list[tuple[GradNode, np.ndarray, bool, int]]) -> None:
+        """Per out-edge that received a gradient: (the next node, the gradient, whether it was summed into
+        one already held there, the next node's in-degree left)."""
+        level, records = self.level, []
+        for nxt, grad, summed, in_degree in sent:
+            if level >= 6:
+                records += [(6, f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, "
+                                f"dims={list(grad.shape)}", None),
+                            (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None)]
+            if level >= 4:
+                records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
+        self.log.lines(records)

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Iterable
 from typing import Any, Callable
 
 import structlog
@@ -101,70 +102,67 @@ class LineWriter:
     """The lines of one hot loop (the engine's, for one tagged node): `logger.bind(**fields).vlog_at(v, event,
     **extra)` for every `v <= level`, writing the same bytes.
 
-    While the chain is distvlog's own (no added processor, glog format), the bound fields are rendered once
-    and a record skips the generic steps: a quarter of the instructions. Inside `with writer.burst():`,
-    records are rendered as they come but reach the sink together at the end, in one write (for a node's
-    lines, measured: 1-2% off a level-5 step). When a field would shadow another or set one of the record's own
-    (`ts`, `file`...), or the chain is not distvlog's, each record is that very call."""
+    `lines(records)` writes records made together (a node's lines at its begin, or at its finish) in one
+    pass: one call site, one timestamp, one write to the sink, and a SIGTERM/SIGINT arriving meanwhile is
+    handled after the write. While the chain is distvlog's own (no added processor, glog format), the bound
+    fields are rendered once and records skip the generic steps: what a record costs is then mostly its
+    text. When a field would shadow another or set one of the record's own (`ts`, `file`...), or the chain
+    is not distvlog's, each record is that very call."""
 
-    __slots__ = ("_logger", "level", "_context", "_fast", "_heads", "_ctx", "_queue")
+    __slots__ = ("_logger", "level", "_context", "_fast", "_bound", "_ctx")
 
     def __init__(self, logger: Logger, level: int, **fields: Any) -> None:
         self._logger = logger
         self.level = level
         self._context = {**logger._context, **fields}  # what bind() would hold (bound on the generic path only)
-        self._fast = CORE_FIELDS.isdisjoint(self._context)
-        self._heads: dict[int, str] = {}  # v -> the rendered bound fields and v
+        self._fast = CORE_FIELDS.isdisjoint(self._context) and "v" not in self._context
+        self._bound = logfmt_pairs(self._context) if self._fast else ""  # (v follows them)
         self._ctx: tuple[dict | None, str | None] = (None, None)  # bind_context's dict and its rendering
-        self._queue: list[bytes] | None = None  # the open burst's rendered records
 
     def __call__(self, v: int, event: Any, **extra: Any) -> None:
-        if v > self.level:
-            return
-        processors = self._logger._processors
-        renderer = processors[-1]
+        if v <= self.level:
+            self.lines(((v, event, extra),))
+
+    def lines(self, records: Iterable[tuple[int, Any, dict[str, Any] | None]]) -> None:
+        """Write each `(v, event, extra fields or None)` whose `v` is at most the writer's level."""
         ctx = CONTEXT.get()
         if ctx is not self._ctx[0]:
             self._ctx = (ctx, self._render_context(ctx))
         tail = self._ctx[1]
-        if (tail is None or not self._fast or len(processors) != 2 or type(renderer) is not GlogRenderer
-                or extra and not (CORE_FIELDS.isdisjoint(extra) and "v" not in extra
-                                  and self._context.keys().isdisjoint(extra) and ctx.keys().isdisjoint(extra))):
-            self._release()  # (what the burst holds first: the file keeps the order of the calls)
-            self._logger.bind(**self._context).vlog_at(v, event, **extra)
-            return
-        head = self._heads.get(v)
-        if head is None:
-            head = self._heads[v] = logfmt_pairs({**self._context, "v": v})
-        pairs = f"{head}{logfmt_pairs(extra)}{tail}" if extra else head + tail
-        file, line = caller_site(sys._getframe(1))
-        record = renderer.line(now_us(), "I", thread_id(), file, line, IDENTITY.rank, event, pairs)
-        if self._queue is None:
-            self._logger._logger.vlog(record)
-        else:
-            self._queue.append(record)
+        processors = self._logger._processors
+        renderer = processors[-1]
+        level = self.level
+        if tail is not None and self._fast and len(processors) == 2 and type(renderer) is GlogRenderer:
+            bound, items = self._bound, []
+            for v, event, extra in records:
+                if v > level:
+                    continue
+                if not extra:
+                    items.append((event, f"{bound} v={v}{tail}"))
+                elif self._plain(extra, ctx):
+                    items.append((event, f"{bound} v={v}{logfmt_pairs(extra)}{tail}"))
+                else:
+                    break  # the generic path for the whole batch: the records keep their order
+            else:
+                if items:
+                    self._write(renderer, caller_site(sys._getframe(1)), items)
+                return
+        logger = self._logger.bind(**self._context)
+        for v, event, extra in records:
+            if v <= level:
+                logger.vlog_at(v, event, **extra or {})
 
-    def burst(self) -> LineWriter:
-        """`with writer.burst():` holds the records written inside and writes them together at the end; a
-        SIGTERM/SIGINT arriving meanwhile is handled at the end, after the write. (Bursts do not nest: an inner
-        one ends the outer one; the order of the records is kept.)"""
-        self._release()
-        self._queue = []
-        SINK.bursting.add(threading.get_ident())
-        return self
+    def _write(self, renderer: GlogRenderer, site: tuple[str, int], items: list[tuple[Any, str]]) -> None:
+        SINK.bursting.add(threading.get_ident())  # a signal now waits for the write
+        try:
+            self._logger._logger.vlog(renderer.lines(now_us(), "I", thread_id(), *site, IDENTITY.rank, items))
+        finally:
+            SINK.end_burst()
 
-    def __enter__(self) -> LineWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._release()
-        self._queue = None
-        SINK.end_burst()  # (a signal that arrived meanwhile is handled now, the burst's records written)
-
-    def _release(self) -> None:
-        if self._queue:
-            held, self._queue = self._queue, []
-            self._logger._logger.vlog(b"".join(held))
+    def _plain(self, extra: dict[str, Any], ctx: dict[str, Any]) -> bool:
+        """Whether a record's own fields leave every other field as it is."""
+        return (CORE_FIELDS.isdisjoint(extra) and "v" not in extra and self._context.keys().isdisjoint(extra)
+                and ctx.keys().isdisjoint(extra))
 
     def _render_context(self, ctx: dict[str, Any]) -> str | None:
         """The ` k=v` that `bind_context` adds (fields not already bound); None when it sets a core field."""
@@ -173,7 +171,8 @@ class LineWriter:
         return logfmt_pairs({k: v for k, v in ctx.items() if k not in self._context})
 
 
-skip_frames_of(Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logger._vlog, LineWriter.__call__)
+skip_frames_of(Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logger._vlog, LineWriter.__call__,
+               LineWriter.lines)
 _loggers: dict[str, Logger] = {}
 
 

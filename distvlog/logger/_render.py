@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,7 @@ from ._clock import now_us
 FORMAT_VERSION = 1
 # Fields the glog prefix carries; every other field (v included) follows the message as k=v.
 CORE_FIELDS = frozenset({"event", "ts", "severity", "rank", "world_size", "tid", "file", "line"})
-_NEEDS_QUOTES = re.compile(r'[\s"=]')
-_BARE = frozenset({int, float})  # rendered by str() as they are
+_needs_quotes = re.compile(r'[\s"=]').search
 GLOG_HEADER_FORMAT = "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg"
 META_EVENT = "distvlog-meta"
 # Header slots patched in place once the clock offset is measured: "<offset_us> <uncertainty_us> <ts_us>".
@@ -34,17 +34,18 @@ def logfmt_value(value: Any) -> str:
     kind = type(value)
     if kind is str:  # the common case first: names, shapes, checksums
         text = value
-    elif kind in _BARE or kind is bool or value is None:
+    elif kind is int or kind is float or kind is bool or value is None:
         return str(value)
     else:
         text = str(value) if isinstance(value, (int, float, np.generic)) else (
             dumps(value).decode())
-    return json.dumps(text) if not text or _NEEDS_QUOTES.search(text) else text
+    return json.dumps(text) if not text or _needs_quotes(text) else text
 
 
 def logfmt_pairs(fields: dict[str, Any]) -> str:
-    """` k=v` for each field, in order (the renderer inlines this: a call per record is measurable)."""
-    return "".join([f" {k}={v}" if type(v) in _BARE else f" {k}={logfmt_value(v)}" for k, v in fields.items()])
+    """` k=v` for each field, in order; plain strings and numbers inline (a call per field is measurable)."""
+    return "".join([f" {k}={v}" if (kind := type(v)) is str and v and not _needs_quotes(v) or kind is int
+                    or kind is float else f" {k}={logfmt_value(v)}" for k, v in fields.items()])
 
 
 _DIGITS3 = [f"{i:03d}" for i in range(1000)]
@@ -64,13 +65,17 @@ class GlogRenderer:
         self._sites: dict[tuple, str] = {}
 
     def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
-        pairs = "".join([f" {k}={v}" if type(v) in _BARE else f" {k}={logfmt_value(v)}"
-                         for k, v in ed.items() if k not in CORE_FIELDS]) if len(ed) > len(CORE_FIELDS) else ""
+        pairs = logfmt_pairs({k: v for k, v in ed.items() if k not in CORE_FIELDS}) if len(ed) > len(CORE_FIELDS) else ""
         return self.line(ed["ts"], ed["severity"], ed["tid"], ed["file"], ed["line"], ed["rank"], ed["event"], pairs)
 
     def line(self, ts: int, severity: str, tid: int, file: str, line: int, rank: int, event: Any,
              pairs: str) -> bytes:
         """One record from its parts; `pairs` is the rendered ` k=v` of its other fields."""
+        return self.lines(ts, severity, tid, file, line, rank, ((event, pairs),))
+
+    def lines(self, ts: int, severity: str, tid: int, file: str, line: int, rank: int,
+              records: Iterable[tuple[Any, str]]) -> bytes:
+        """Records made at one moment by one call site, each `(event, pairs)`, as one piece of bytes."""
         second, us = divmod(ts, 1_000_000)
         stamp = self._stamp
         if second != stamp[0]:
@@ -82,15 +87,18 @@ class GlogRenderer:
             if len(self._sites) > 100_000:
                 self._sites.clear()
             site = self._sites[key] = f" {tid} {file}:{line}] [rank {rank}] "
-        if type(event) is not str:
-            event = "" if event is None else str(event)
-        if pairs:
-            if "\n" in event:
-                first, _, rest = event.partition("\n")
-                event = f"{first}{pairs}\n{rest}"
-            else:
-                event += pairs
-        text = f"{stamp[1][severity]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}{event}\n"
+        prefix = f"{stamp[1][severity]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}"
+        texts: list[str] = []
+        for event, pairs in records:
+            if type(event) is not str:
+                event = "" if event is None else str(event)
+            if not pairs:
+                texts += (prefix, event, "\n")
+            elif (cut := event.find("\n")) < 0:
+                texts += (prefix, event, pairs, "\n")
+            else:  # the fields end the first line
+                texts += (prefix, event[:cut], pairs, event[cut:], "\n")
+        text = "".join(texts)
         try:
             return text.encode()
         except UnicodeEncodeError:  # lone surrogates (undecodable file names...): kept visible, escaped

@@ -37,7 +37,7 @@ class RankFile:
         self._reset()
         self._clock: dict[str, str] = {}  # header clock slots measured so far (kept by a forked child)
         self._deferred_signal: tuple | None = None
-        self.bursting: set[int] = set()  # threads holding a burst of rendered records (see flush_for_signal)
+        self.bursting: set[int] = set()  # threads rendering a batch of records (see flush_for_signal)
         os.register_at_fork(before=self._before_fork, after_in_parent=self._lock_release,
                             after_in_child=self._after_fork_child)
 
@@ -172,8 +172,8 @@ class RankFile:
 
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
     # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.
-    # A burst (`LineWriter.burst`) holds its records until it ends, within microseconds: a signal that
-    # interrupts one waits for it, so the lines already made are not lost with the process.
+    # A thread writing a batch of records (`LineWriter.lines`) is in `bursting` until the batch is in the
+    # buffer, within microseconds: a signal that interrupts it waits, so the lines already made are not lost.
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
         if self._lock._is_owned() or threading.get_ident() in self.bursting:  # (handlers run in the main thread)
             self._deferred_signal = (signum, frame, chain)

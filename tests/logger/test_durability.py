@@ -90,26 +90,30 @@ def test_a_signal_inside_the_sinks_critical_section_is_delivered_after_it(script
     assert [r.first for r in run.records()] == ["before"] + (["urgent"] if "warning" in call else [])
 
 
-SIGNAL_IN_A_BURST = '''
+SIGNAL_IN_A_BATCH = '''
 import os, signal
 import distvlog.logger as dlog
 from distvlog.logger._logger import LineWriter
+
+class Signal:  # an event whose text is made while the batch is rendered: the signal arrives in the middle
+    def __str__(self):
+        os.kill(os.getpid(), signal.{signal})  # the handler runs at the next instruction, inside the batch
+        return "held 2"
+
 writer = LineWriter(dlog.get_logger(), 4, node="n")
 writer(4, "before")
 dlog.flush()
-with writer.burst() as write:
-    write(4, "held 1")
-    os.kill(os.getpid(), signal.{signal})  # the handler runs at the next instruction, inside the burst
-    write(4, "held 2")
+writer.lines([(4, "held 1", None), (4, Signal(), None), (4, "held 3", None)])
 print("the signal was lost", flush=True)
 '''
 
 
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
-def test_a_signal_inside_a_burst_is_handled_once_its_records_are_written(scripts, signum):
-    run = scripts.run(SIGNAL_IN_A_BURST.format(signal=signum), rc=-getattr(signal, signum))
+def test_a_signal_inside_a_batch_is_handled_once_its_records_are_written(scripts, signum):
+    run = scripts.run(SIGNAL_IN_A_BATCH.format(signal=signum), rc=-getattr(signal, signum))
     assert "lost" not in run.proc.stdout
-    assert [r.first for r in run.records()] == ["before node=n v=4", "held 1 node=n v=4", "held 2 node=n v=4"]
+    assert [r.first for r in run.records()] == ["before node=n v=4", "held 1 node=n v=4", "held 2 node=n v=4",
+                                                "held 3 node=n v=4"]
 
 
 BLOCKED_IN_C = '''

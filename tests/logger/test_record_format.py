@@ -258,7 +258,7 @@ def test_simulated_clock_skew_shifts_records_and_header(scripts):
 
 
 LINE_WRITER = '''
-import threading, time
+import threading
 import distvlog.logger as dlog
 from distvlog.logger._logger import PROCESSORS, LineWriter
 from distvlog.logger._logger import Logger
@@ -292,20 +292,9 @@ both(4, "an added processor sees the record", {"node": "n"})
 print(sorted(set(e for e in generic if generic.count(e) == 2)))
 PROCESSORS.pop(-2)  # the added processor again
 writer = LineWriter(log, 4, node="b")
-with writer.burst() as write:
-    write(4, "held 1")  # @held
-    dlog.flush()
-    print("in the file inside the burst:", "held 1" in open(dlog.log_file_path()).read())
-    time.sleep(0.05)
-    write(5, "above the writer's level")
-    write(4, "shadows a bound field: written by the generic path", node="x")
-    write(4, "held 2")
-try:
-    with writer.burst() as write:
-        write(4, "held when an error ends the burst")
-        raise ValueError
-except ValueError:
-    pass
+writer.lines([(4, "batch 1", None), (5, "above the writer's level", None), (4, "batch\\n2", {"k": 1})])  # @batch
+writer.lines([(4, "a batch with a record for the generic path", None),  # @generic
+              (4, "shadows a bound field", {"node": "x"}), (4, "last", None)])
 '''
 
 
@@ -314,8 +303,7 @@ def test_line_writer_writes_what_the_generic_path_writes(scripts):
     assert run.proc.stdout.splitlines()[0] == str(sorted(  # the cases the fast writer hands to the generic path
         ["extra shadows bound", "extra shadows context", "bound core field", "core field",
          "an added processor sees the record"]))
-    assert run.proc.stdout.splitlines()[1] == "in the file inside the burst: False"
-    records, bursts = run.records()[:20], run.records()[20:]
+    records, batches = run.records()[:20], run.records()[20:]
     assert len(records) == 2 * 10
     for fast, generic in zip(records[::2], records[1::2]):
         assert (fast.severity, fast.tid, fast.file, fast.line, fast.rank, fast.text) == \
@@ -326,13 +314,11 @@ def test_line_writer_writes_what_the_generic_path_writes(scripts):
     assert texts[3] == "Found pending node: m node=n v=4 in_degree=0 step=7"
     assert texts[6] == 'bound core field v=4 step=7 node="shadowed by the bound field"'  # the rank is the process's
     assert records[16].tid != records[0].tid and texts[9].endswith("seen=True")
-    # a burst writes its records in the order of the calls, with their own call sites, even around a record
-    # that takes the generic path or an exception
-    assert [r.text for r in bursts] == [
-        "held 1 node=b v=4 step=7", "shadows a bound field: written by the generic path node=x v=4 step=7",
-        "held 2 node=b v=4 step=7", "held when an error ends the burst node=b v=4 step=7"]
-    assert bursts[0].line == line_of(LINE_WRITER, "held") and bursts[2].line == bursts[0].line + 6
-    day_us = 86_400 * 10**6
-    us = [(int(h) * 3600 + int(m) * 60 + int(s)) * 10**6 + int(r.us) for r in bursts for h, m, s in [r.hms.split(":")]]
-    gaps = [(b - a) % day_us for a, b in zip(us, us[1:])]  # (modulo a day: a burst may span midnight)
-    assert gaps[0] >= 40_000 and all(g < 10**7 for g in gaps)  # each record keeps the time of its call
+    # a batch: the records at the writer's level, in order, from the batch's call site, made at one moment;
+    # one that needs the generic path takes the whole batch there, its order kept
+    assert [r.text for r in batches] == [
+        "batch 1 node=b v=4 step=7", "batch node=b v=4 k=1 step=7\n2",
+        "a batch with a record for the generic path node=b v=4 step=7", "shadows a bound field node=x v=4 step=7",
+        "last node=b v=4 step=7"]
+    assert [r.line for r in batches] == [line_of(LINE_WRITER, "batch")] * 2 + [line_of(LINE_WRITER, "generic")] * 3
+    assert (batches[0].hms, batches[0].us) == (batches[1].hms, batches[1].us)
