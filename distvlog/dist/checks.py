@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..autograd import Tensor
-from .comm import ranks_text
+from ..tools._notes import ranks_text
 
 if TYPE_CHECKING:
     from mpi4py import MPI

@@ -6,7 +6,6 @@ matched with a collective of the user's code.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .._errors import InputError
@@ -78,9 +77,3 @@ def private(purpose: str) -> MPI.Intracomm:
         comm = _private[purpose] = world().Dup()
         comm.Set_name(f"distvlog-{purpose}")
     return comm
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    """`rank 3` or `ranks 0,2,3`: how errors and reports name a group of ranks."""
-    ranks = sorted(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ",".join(map(str, ranks))

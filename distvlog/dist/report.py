@@ -14,9 +14,8 @@ import numpy as np
 
 from .._errors import InputError
 from ..logger._lifecycle import BLOCKED_IN_C, IN_PYTHON
-from ..tools._notes import plural
+from ..tools._notes import plural, ranks_text
 from ..tools.reader import Record, open_sources
-from .comm import ranks_text
 from .run import END_RECORD
 
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).

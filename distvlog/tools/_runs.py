@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import InputError
-from ._notes import Warn, plural
+from ._notes import Warn, plural, ranks_text
 
 if TYPE_CHECKING:
     from .reader import Source
@@ -45,20 +45,9 @@ def check(sources: list[Source], warn: Warn) -> None:
     for run, size in world.items():
         missing = sorted(set(range(size)) - ranks[run])
         if missing:
-            warn(f"no log read from {'rank' if len(missing) == 1 else 'ranks'} {rank_ranges(missing)} of {size}"
+            warn(f"no log read from {ranks_text(missing)} of {size}"
                  + (f" (run {run})" if len(files) > 1 else ""))
 
 
 def _some(paths: list[Path]) -> str:
     return f"{paths[0]}" + (f" and {plural(len(paths) - 1, 'other file')}" if len(paths) > 1 else "")
-
-
-def rank_ranges(ranks: list[int]) -> str:
-    """`1-3,5` for [1, 2, 3, 5]: the form --ranks takes, short for a large job missing most ranks."""
-    parts: list[list[int]] = []
-    for rank in sorted(ranks):
-        if parts and rank == parts[-1][1] + 1:
-            parts[-1][1] = rank
-        else:
-            parts.append([rank, rank])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)

@@ -33,8 +33,7 @@ import orjson
 
 from .._errors import InputError
 from .._json import dumps
-from ..dist.comm import ranks_text
-from ._notes import Warn, after_reading, ignore, plural, warner
+from ._notes import Warn, after_reading, ignore, plural, ranks_text, warner
 from .reader import open_sources, read_records
 
 _WANTED = re.compile(rb'\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) '  # glog text

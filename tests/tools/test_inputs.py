@@ -50,7 +50,7 @@ def test_damaged_rank_files_are_skipped_with_a_warning_naming_each(tmp_path, cli
     assert code != 2 and warnings == [
         f"{run}/rank-2.log: not a glog or JSON-lines log (no line starts a record); skipping it",
         f"{run}/rank-3.log: empty file; skipping it",
-        "no log read from ranks 2-3 of 4",
+        "no log read from ranks 2,3 of 4",
         f"no records in {run}/rank-1.jsonl: 1 line skipped (1 truncated last line)",
     ] + ([] if tool == "merge" else ["1 line skipped (1 truncated last line)"])  # merge's summary says it
     if tool == "merge":
@@ -122,6 +122,15 @@ def test_ranks_without_a_file_are_named(tmp_path, cli, tool):
     code, _, err = cli(tool, tmp_path, *(["-o", tmp_path / "t.json"] if tool == "trace" else []))
     assert code != 2 and [line for line in err.splitlines() if "warning" in line] == [
         f"distvlog {tool}: warning: no log read from ranks 1,3-5 of 6"]
+
+
+def test_groups_of_ranks_read_the_same_everywhere():
+    from distvlog.tools._notes import ranks_text
+
+    assert ranks_text([3]) == "rank 3"
+    assert ranks_text([3, 0, 2]) == "ranks 0,2,3"  # sorted; runs of two stay a list
+    assert ranks_text(range(1000)) == "ranks 0-999"
+    assert ranks_text([9, 1, 3, 4, 5, 7, 8, 3]) == "ranks 1,3-5,7-9"  # the form --ranks takes
 
 
 def _pid(path: Path) -> int:
