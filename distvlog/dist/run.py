@@ -4,7 +4,8 @@ As with `python -m mpi4py`, an unhandled exception or a non-zero `sys.exit()` in
 instead of leaving the other ranks waiting in a collective forever; either is logged as an F record. Before
 aborting it waits two flush intervals: the other ranks are usually blocked in MPI with the GIL released, so
 their flush timers get their last records to disk before the launcher kills them with SIGKILL, which no
-handler can catch. A script that ends normally leaves END_RECORD as its rank's last word, so that
+handler can catch. A KeyboardInterrupt (Ctrl-C) aborts it too, with status 130, logged as a W record of where
+it found the rank. A script that ends normally leaves END_RECORD as its rank's last word, so that
 `distvlog launch` can tell a rank that was killed (SIGKILL, a segfault, `os._exit()`) from one that ended.
 """
 
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import time
 from types import ModuleType
 from typing import NoReturn
 
-from ..logger import SINK, _lifecycle, flush
+from ..logger import IDENTITY, SINK, _lifecycle, flush
 
 END_RECORD = "the script ended"  # logged at `distvlog:0`, after finalize()
 
@@ -67,6 +69,15 @@ def _report_exit(exc: SystemExit) -> int:
     return status
 
 
+def _report_interrupt(exc: KeyboardInterrupt) -> int:
+    """Ctrl-C: not the script's failure. Where SIGINT found this rank, as one line on stderr (not a traceback
+    per rank) and a W record with its stack, so that `distvlog launch` names the place; 130, as a shell says."""
+    where = _lifecycle.log_interrupt(exc)
+    place = f" at {os.path.basename(where.filename)}:{where.lineno}" if where is not None else ""
+    print(f"distvlog: rank {IDENTITY.rank}: KeyboardInterrupt{place}", file=sys.stderr, flush=True)
+    return 128 + signal.SIGINT
+
+
 def _log_end() -> None:
     """END_RECORD, flushed at once (the launcher may yet kill this rank, as another's failure ends the job).
     A rank that never logged gets no file for it."""
@@ -87,6 +98,8 @@ def main(argv: list[str]) -> None:
             _abort(_report_exit(exc))
         _log_end()
         raise
+    except KeyboardInterrupt as exc:
+        _abort(_report_interrupt(exc))
     except BaseException:
         sys.excepthook(*sys.exc_info())  # distvlog's hook logs the traceback as an F record, then prints it
         _abort(1)

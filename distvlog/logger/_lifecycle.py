@@ -24,6 +24,7 @@ from ._sink import SINK, RankFile
 
 
 _PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "")  # distvlog/
+_LOGGER_DIR = os.path.join(os.path.dirname(__file__), "")  # distvlog/logger/
 _LIBRARY_DIRS = ("<frozen ",) + tuple(os.path.join(sysconfig.get_path(kind), "")
                                       for kind in ("stdlib", "platstdlib", "purelib", "platlib"))
 FLUSH_INTERVAL_S = _env.read("DISTVLOG_FLUSH_INTERVAL", _env.seconds, 0.5)
@@ -152,10 +153,26 @@ def _main_thread_at() -> tuple[traceback.FrameSummary | None, str]:
 
 def _stack_of(frame: Any) -> tuple[traceback.FrameSummary | None, str]:
     """The user's frame in `frame`'s stack, and the stack, without how the script was started."""
-    frames = traceback.extract_stack(frame) if frame is not None else []
+    return _users_stack(traceback.extract_stack(frame) if frame is not None else [])
+
+
+def _users_stack(frames: list[traceback.FrameSummary]) -> tuple[traceback.FrameSummary | None, str]:
     while len(frames) > 1 and frames[0].filename.startswith((_PACKAGE_DIR, *_LIBRARY_DIRS)):
         del frames[0]  # runpy, `distvlog launch`'s runner
     return _users_frame(frames), "".join(traceback.format_list(frames)).rstrip() or "  (no Python frame)"
+
+
+def log_interrupt(exc: KeyboardInterrupt) -> traceback.FrameSummary | None:
+    """Where a KeyboardInterrupt (SIGINT, Ctrl-C) found the main thread, logged as a SIGTERM's place is: a W
+    record with the stack, without the frames of the logger's own signal handling it was raised from.
+    Returns that place in the user's code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    while len(frames) > 1 and frames[-1].filename.startswith(_LOGGER_DIR):
+        del frames[-1]
+    where, stack = _users_stack(frames)
+    with contextlib.suppress(Exception):  # (the interrupt must end the script all the same)
+        _to_file("warning", f"SIGINT{IN_PYTHON}, at (most recent call last):\n{stack}", where)
+    return where
 
 
 def _exit_from_watcher(name: str, status: int, where: traceback.FrameSummary | None) -> None:

@@ -128,6 +128,46 @@ def test_sigterm_to_a_job_hung_in_python_and_in_c_says_where_each_rank_was(start
                      rank1, re.M), rank1
 
 
+LOOPING = """
+import sys, time
+from pathlib import Path
+import distvlog as dv
+
+dv.init()
+(Path(sys.argv[1]) / f"ready-{dv.get_rank()}").touch()
+while True:
+    time.sleep(0.01)  # @sleep
+"""
+
+
+def test_ctrl_c_to_a_job_names_where_it_found_each_rank_without_tracebacks(start_cli, tmp_path):
+    """A SIGINT that did not come from a terminal (kill -INT, a scheduler) is passed on to the ranks: each
+    says in one line where the KeyboardInterrupt found it, logs it as a W record, and the job ends with 130."""
+    script = tmp_path / "loop.py"
+    script.write_text(LOOPING)
+    proc = start_cli("launch", "-n", "2", str(script), str(tmp_path))
+    try:
+        while proc.poll() is None and len(list(tmp_path.glob("ready-*"))) < 2:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGINT)  # (also if the wait fails: its ranks must not outlive the test)
+    _, err = proc.communicate(timeout=120)
+    line = _line(LOOPING, "@sleep")
+    assert proc.returncode == 130, err
+    for rank in (0, 1):
+        assert f"distvlog: rank {rank}: KeyboardInterrupt at loop.py:{line}\n" in err
+    assert f"distvlog launch: ranks 0,1: SIGINT found its main thread running Python at loop.py:{line}\n" in err
+    assert not _found(err, "Traceback", "before its script", "ended before"), err
+    run_dir = run_dir_of(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
+    for rank in (0, 1):
+        log = (run_dir / f"rank-{rank}.log").read_text()
+        record = re.search(rf"^W\S+ \S+ \d+ loop\.py:{line}\] \[rank {rank}\] SIGINT arrived while the main thread "
+                           r"was running Python, at \(most recent call last\):\n((?:  .*\n)*)", log, re.M)
+        assert record and "    time.sleep(0.01)  # @sleep\n" in record.group(1), log
+        # the user's frames: not the runner's, nor those of the signal handler it was raised in
+        assert re.findall(r'File "([^"]+)"', record.group(1)) == [str(script)], record.group(1)
+
+
 KILLED_LAST = """
 import json, os, signal, time
 import distvlog as dv
