@@ -51,7 +51,7 @@ BYPASS = [
         ("level = node.vlog_level if node.vlog_level is not None else task.level\n"
          "        nlog = NodeLog(node, level, task.pass_id, task.stats) if level >= 3 else None", "nlog = None"),
         ("if node.capture is not None:", "if False:"),
-        ("sent = [] if nlog is not None else None", "sent = None"),
+        ("sent = [] if nlog is not None and nlog.level >= 4 else None", "sent = None"),
         ("if sent is not None:\n                    sent.append(", "if False:\n                    sent.append("),
         ("if sent:\n            nlog.pending(", "if False:\n            nlog.pending("),
     ]),

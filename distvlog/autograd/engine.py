@@ -278,7 +278,7 @@ def _run_graph(task: GraphTask) -> None:
         if node.capture is not None:
             node.capture.record(node, grad, outputs)
             task.captures.add(node.capture)
-        sent = [] if nlog is not None else None
+        sent = [] if nlog is not None and nlog.level >= 4 else None  # (the pending-node lines are level 4's)
         for nxt, g in zip(node.edges, outputs):
             if nxt is None or nxt not in deps:
                 continue

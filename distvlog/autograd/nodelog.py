@@ -86,7 +86,7 @@ class NodeLog:
         self.node, self.level = node, level
         self.log = LineWriter(_log, level, node=node.name, **{"pass": pass_id})
         self.api = node.name if isinstance(node, AccumulationNode) else node.op.grad_name
-        self.label = repr(node)
+        self.label = repr(node) if level >= 4 else ""  # (the lines naming the node are level 4's)
         self._stats = stats  # the pass's: id(gradient) -> (gradient, its grad_stats), from producer to consumer
         self._inputs_text = ""
 
@@ -108,7 +108,7 @@ class NodeLog:
             text += (f",\n        TensorInfo: {{ Type: DenseTensor, Dtype: {dtype_name(a.dtype)}, Place: CPU, "
                      f"Shape: {list(a.shape)} }}")
         if level >= 6:
-            text += f",\n        ADInfo: {{ GradNode: {grad_node!r} }}" if grad_node is not None else ",\n        ADInfo: { None }"
+            text += f",\n        ADInfo: {{ {'None' if grad_node is None else f'GradNode: {grad_node!r}'} }}"
         if level >= 11:
             text += f",\n        Value: {_values(np.asarray(a))}"
         return text + " }]"
@@ -127,22 +127,24 @@ class NodeLog:
         return self._inputs_text
 
     def begin(self, grad: np.ndarray) -> None:
-        node, api, level = self.node, self.api, self.level
-        records: list[tuple[int, str, None]] = []  # (only the texts of the node's levels are built)
-        if level >= 4:
-            records.append((4, f"{self.label} begin run", None))
-        if level >= 5:
-            records.append((5, f"{self.label} has {sum(e is not None for e in node.edges)} out edges to run", None))
-        records += [(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}", None),
-                    (3, f"{{ Input: {self._inputs(grad)}}} ", None)]
-        if not isinstance(node, AccumulationNode):
-            records.append((3, f"{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}", None))
+        with self.log.held() as log:  # (a signal meanwhile waits for these lines)
+            node, api, level = self.node, self.api, self.level
+            records: list[tuple[int, str, None]] = []  # (only the texts of the node's levels are built)
             if level >= 4:
-                records += [(4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]", None),
-                            (4, self._kernel(grad), None)]
-            if level >= 7:
-                records.append((7, "Run Backward Kernel", None))
-        self.log.lines(records)
+                records.append((4, f"{self.label} begin run", None))
+            if level >= 5:
+                edges = sum(e is not None for e in node.edges)
+                records.append((5, f"{self.label} has {edges} out edges to run", None))
+            records += [(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}", None),
+                        (3, f"{{ Input: {self._inputs(grad)}}} ", None)]
+            if not isinstance(node, AccumulationNode):
+                records.append((3, f"{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}", None))
+                if level >= 4:
+                    records += [(4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]", None),
+                                (4, self._kernel(grad), None)]
+                if level >= 7:
+                    records.append((7, "Run Backward Kernel", None))
+            log.lines(records)
 
     def _kernel(self, grad: np.ndarray) -> str:
         node, api = self.node, self.api
@@ -154,34 +156,37 @@ class NodeLog:
         return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 
     def finish(self, grad: np.ndarray, outputs: tuple) -> None:
-        node, api = self.node, self.api
-        grads = [(i, f"grad_{slot}", node.input_name(i) + "@Grad", g)
-                 for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
-        outs = [f" ( {slot} , {self._tensor(name, g, node.edges[i])})" for i, slot, name, g in grads]
-        records: list[tuple[int, str, dict[str, Any] | None]] = []
-        if not isinstance(node, AccumulationNode):
-            records.append((3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}", None))
-        records.append((3, f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } ", None))
-        if self.level >= 5:
-            site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
-            records.append((5, "grad_stats", {"slot": "grad_out", "tensor": node.out_name + "@Grad", **site,
-                                              **self.stats(grad)}))
-            records += [(5, "grad_stats", {"slot": slot, "tensor": name, **site, **self.stats(g)})
-                        for _, slot, name, g in grads]
-            if all(g is not grad for *_, g in grads):
-                del self._stats[id(grad)]  # arrived and not passed on: the pass need not hold this gradient any more
-        records.append((3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}", None))
-        self.log.lines(records)
+        with self.log.held() as log:  # (a signal meanwhile waits for these lines)
+            node, api = self.node, self.api
+            grads = [(i, f"grad_{slot}", node.input_name(i) + "@Grad", g)
+                     for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
+            outs = [f" ( {slot} , {self._tensor(name, g, node.edges[i])})" for i, slot, name, g in grads]
+            records: list[tuple[int, str, dict[str, Any] | None]] = []
+            if not isinstance(node, AccumulationNode):
+                records.append((3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}", None))
+            dump = f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } "
+            records.append((3, dump, None))
+            if self.level >= 5:
+                site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
+                records.append((5, "grad_stats", {"slot": "grad_out", "tensor": node.out_name + "@Grad", **site,
+                                                  **self.stats(grad)}))
+                records += [(5, "grad_stats", {"slot": slot, "tensor": name, **site, **self.stats(g)})
+                            for _, slot, name, g in grads]
+                if all(g is not grad for *_, g in grads):
+                    del self._stats[id(grad)]  # arrived, not passed on: the pass need not hold this gradient any more
+            records.append((3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}", None))
+            log.lines(records)
 
     def pending(self, sent: list[tuple[GradNode, np.ndarray, bool, int]]) -> None:
         """Per out-edge that received a gradient: (the next node, the gradient, whether it was summed into
         one already held there, the next node's in-degree left)."""
-        level, records = self.level, []
-        for nxt, grad, summed, in_degree in sent:
-            if level >= 6:
-                records += [(6, f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, "
-                                f"dims={list(grad.shape)}", None),
-                            (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None)]
-            if level >= 4:
-                records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
-        self.log.lines(records)
+        with self.log.held() as log:  # (a signal meanwhile waits for these lines)
+            level, records = self.level, []
+            for nxt, grad, summed, in_degree in sent:
+                if level >= 6:
+                    records += [(6, f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, "
+                                    f"dims={list(grad.shape)}", None),
+                                (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None)]
+                if level >= 4:
+                    records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
+            log.lines(records)

@@ -5,7 +5,7 @@ instead of leaving the other ranks waiting in a collective forever; either is lo
 aborting it waits two flush intervals: the other ranks are usually blocked in MPI with the GIL released, so
 their flush timers get their last records to disk before the launcher kills them with SIGKILL, which no
 handler can catch. A KeyboardInterrupt (Ctrl-C) aborts it too, with status 130, logged as a W record of where
-it found the rank. A script that ends normally leaves END_RECORD as its rank's last word, so that
+it was raised. A script that ends normally leaves END_RECORD as its rank's last word, so that
 `distvlog launch` can tell a rank that was killed (SIGKILL, a segfault, `os._exit()`) from one that ended.
 """
 
@@ -26,7 +26,9 @@ END_RECORD = "the script ended"  # logged at `distvlog:0`, after finalize()
 
 def _abort(code: int) -> NoReturn:
     """End the whole job with status `code`: through MPI if this rank initialised it, else through a Hydra
-    launcher's PMI connection, else by exiting with `code` (Open MPI ends the job when a rank does so)."""
+    launcher's PMI connection, else by exiting with `code` (Open MPI ends the job when a rank does so). A
+    Ctrl-C meanwhile would only interrupt the abort."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     flush()
     time.sleep(2 * _lifecycle.FLUSH_INTERVAL_S)
     sys.stderr.flush()
@@ -99,6 +101,7 @@ def main(argv: list[str]) -> None:
         _log_end()
         raise
     except KeyboardInterrupt as exc:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a second Ctrl-C would interrupt the report)
         _abort(_report_interrupt(exc))
     except BaseException:
         sys.excepthook(*sys.exc_info())  # distvlog's hook logs the traceback as an F record, then prints it

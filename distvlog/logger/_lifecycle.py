@@ -163,15 +163,15 @@ def _users_stack(frames: list[traceback.FrameSummary]) -> tuple[traceback.FrameS
 
 
 def log_interrupt(exc: KeyboardInterrupt) -> traceback.FrameSummary | None:
-    """Where a KeyboardInterrupt (SIGINT, Ctrl-C) found the main thread, logged as a SIGTERM's place is: a W
-    record with the stack, without the frames of the logger's own signal handling it was raised from.
-    Returns that place in the user's code."""
+    """Where a KeyboardInterrupt (Ctrl-C) was raised in the main thread, logged as a SIGTERM's place is: a W
+    record with the stack, without the frames of the logger's own signal handling it was raised from (a
+    SIGINT that found the thread blocked in C has its own record, the watcher's). Returns that place."""
     frames = traceback.extract_tb(exc.__traceback__)
     while len(frames) > 1 and frames[-1].filename.startswith(_LOGGER_DIR):
         del frames[-1]
     where, stack = _users_stack(frames)
     with contextlib.suppress(Exception):  # (the interrupt must end the script all the same)
-        _to_file("warning", f"SIGINT{IN_PYTHON}, at (most recent call last):\n{stack}", where)
+        _to_file("warning", f"KeyboardInterrupt{IN_PYTHON}, at (most recent call last):\n{stack}", where)
     return where
 
 

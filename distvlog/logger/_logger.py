@@ -2,7 +2,8 @@
 
 distvlog never calls `structlog.configure`: your own structlog setup stays yours. Our loggers share one
 processor chain (`PROCESSORS`), ending in the renderer of the process's log file. `LineWriter` is the
-engine's shortcut through that chain for as long as it is distvlog's own, to the same bytes.
+engine's shortcut through that chain for as long as it is distvlog's own, to the same records (but for the
+call site and timestamp, which a batch of them shares).
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import threading
 import traceback
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import structlog
@@ -99,15 +99,15 @@ class Logger(structlog.BoundLoggerBase):
 
 
 class LineWriter:
-    """The lines of one hot loop (the engine's, for one tagged node): `logger.bind(**fields).vlog_at(v, event,
-    **extra)` for every `v <= level`, writing the same bytes.
+    """The lines of one hot loop (the engine's, for one tagged node): for each record `(v, event, extra)` with
+    `v <= level`, what `logger.bind(**fields).vlog_at(v, event, **extra)` writes.
 
-    `lines(records)` writes records made together (a node's lines at its begin, or at its finish) in one
-    pass: one call site, one timestamp, one write to the sink, and a SIGTERM/SIGINT arriving meanwhile is
-    handled after the write. While the chain is distvlog's own (no added processor, glog format), the bound
-    fields are rendered once and records skip the generic steps: what a record costs is then mostly its
-    text. When a field would shadow another or set one of the record's own (`ts`, `file`...), or the chain
-    is not distvlog's, each record is that very call."""
+    `lines(records)` writes records made together (a node's lines at its begin, or at its finish). While the
+    chain is distvlog's own (no added processor, glog format), the bound fields are rendered once and the
+    batch is rendered in one pass, with one call site and one timestamp, in one write to the sink. When a
+    field would shadow another or set one of the record's own (`ts`, `file`...), or the chain is not
+    distvlog's, each record is that very call. Inside `with writer.held():` a SIGTERM/SIGINT waits until the
+    block ends, so the lines being made reach the buffer before a handler can end the process."""
 
     __slots__ = ("_logger", "level", "_context", "_fast", "_bound", "_ctx")
 
@@ -119,16 +119,24 @@ class LineWriter:
         self._bound = logfmt_pairs(self._context) if self._fast else ""  # (v follows them)
         self._ctx: tuple[dict | None, str | None] = (None, None)  # bind_context's dict and its rendering
 
-    def __call__(self, v: int, event: Any, **extra: Any) -> None:
-        if v <= self.level:
-            self.lines(((v, event, extra),))
+    def held(self) -> LineWriter:
+        """`with writer.held():` signals wait for the end of the block (for microseconds: a node's lines)."""
+        SINK.hold_signals()
+        return self
 
-    def lines(self, records: Iterable[tuple[int, Any, dict[str, Any] | None]]) -> None:
+    def __enter__(self) -> LineWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        SINK.release_signals()
+
+    def lines(self, records: Sequence[tuple[int, Any, dict[str, Any] | None]]) -> None:
         """Write each `(v, event, extra fields or None)` whose `v` is at most the writer's level."""
         ctx = CONTEXT.get()
-        if ctx is not self._ctx[0]:
-            self._ctx = (ctx, self._render_context(ctx))
-        tail = self._ctx[1]
+        cached = self._ctx
+        if cached[0] is not ctx:
+            cached = self._ctx = (ctx, self._render_context(ctx))
+        tail = cached[1]
         processors = self._logger._processors
         renderer = processors[-1]
         level = self.level
@@ -145,19 +153,18 @@ class LineWriter:
                     break  # the generic path for the whole batch: the records keep their order
             else:
                 if items:
-                    self._write(renderer, caller_site(sys._getframe(1)), items)
+                    file, line = caller_site(sys._getframe(1))
+                    self._logger._logger.vlog(renderer.lines(now_us(), "I", thread_id(), file, line, IDENTITY.rank,
+                                                             items))
                 return
+        for _, _, extra in records:  # (before any is written)
+            if extra and not _VLOG_AT_ARGUMENTS.isdisjoint(extra):
+                raise TypeError(f"LineWriter.lines: a record's fields cannot be named "
+                                f"{sorted(_VLOG_AT_ARGUMENTS & extra.keys())}")
         logger = self._logger.bind(**self._context)
         for v, event, extra in records:
             if v <= level:
                 logger.vlog_at(v, event, **extra or {})
-
-    def _write(self, renderer: GlogRenderer, site: tuple[str, int], items: list[tuple[Any, str]]) -> None:
-        SINK.bursting.add(threading.get_ident())  # a signal now waits for the write
-        try:
-            self._logger._logger.vlog(renderer.lines(now_us(), "I", thread_id(), *site, IDENTITY.rank, items))
-        finally:
-            SINK.end_burst()
 
     def _plain(self, extra: dict[str, Any], ctx: dict[str, Any]) -> bool:
         """Whether a record's own fields leave every other field as it is."""
@@ -171,8 +178,8 @@ class LineWriter:
         return logfmt_pairs({k: v for k, v in ctx.items() if k not in self._context})
 
 
-skip_frames_of(Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logger._vlog, LineWriter.__call__,
-               LineWriter.lines)
+skip_frames_of(Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logger._vlog, LineWriter.lines)
+_VLOG_AT_ARGUMENTS = frozenset({"self", "level", "event", "v"})
 _loggers: dict[str, Logger] = {}
 
 

@@ -56,7 +56,7 @@ class GlogRenderer:
 
     Everything but the microseconds and the message is cached: `Lmmdd hh:mm:ss.` per second and severity,
     ` tid file:line] [rank R] ` per thread and call site. Threads render concurrently, so the second and
-    its heads are one tuple, read once per record."""
+    its heads are one tuple, read once per batch of records."""
 
     suffix = ".log"
 
@@ -65,7 +65,8 @@ class GlogRenderer:
         self._sites: dict[tuple, str] = {}
 
     def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
-        pairs = logfmt_pairs({k: v for k, v in ed.items() if k not in CORE_FIELDS}) if len(ed) > len(CORE_FIELDS) else ""
+        pairs = (logfmt_pairs({k: v for k, v in ed.items() if k not in CORE_FIELDS}) if len(ed) > len(CORE_FIELDS)
+                 else "")
         return self.line(ed["ts"], ed["severity"], ed["tid"], ed["file"], ed["line"], ed["rank"], ed["event"], pairs)
 
     def line(self, ts: int, severity: str, tid: int, file: str, line: int, rank: int, event: Any,

@@ -37,7 +37,7 @@ class RankFile:
         self._reset()
         self._clock: dict[str, str] = {}  # header clock slots measured so far (kept by a forked child)
         self._deferred_signal: tuple | None = None
-        self.bursting: set[int] = set()  # threads rendering a batch of records (see flush_for_signal)
+        self.holding: dict[int, int] = {}  # thread -> how many `hold_signals` it is inside (see flush_for_signal)
         os.register_at_fork(before=self._before_fork, after_in_parent=self._lock_release,
                             after_in_child=self._after_fork_child)
 
@@ -172,18 +172,25 @@ class RankFile:
 
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
     # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.
-    # A thread writing a batch of records (`LineWriter.lines`) is in `bursting` until the batch is in the
-    # buffer, within microseconds: a signal that interrupts it waits, so the lines already made are not lost.
+    # Between hold_signals() and release_signals() (a node making its batch of lines, `LineWriter.held`), a
+    # signal waits, for microseconds: the lines being made reach the buffer before the handler runs.
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
-        if self._lock._is_owned() or threading.get_ident() in self.bursting:  # (handlers run in the main thread)
+        if self._lock._is_owned() or threading.get_ident() in self.holding:  # (handlers run in the main thread)
             self._deferred_signal = (signum, frame, chain)
             return
         self.flush()
         chain(signum, frame)
 
-    def end_burst(self) -> None:
-        self.bursting.discard(threading.get_ident())
-        if self._deferred_signal:
+    def hold_signals(self) -> None:
+        tid = threading.get_ident()
+        self.holding[tid] = self.holding.get(tid, 0) + 1
+
+    def release_signals(self) -> None:
+        tid = threading.get_ident()
+        depth = self.holding.pop(tid, 1) - 1
+        if depth:
+            self.holding[tid] = depth
+        elif self._deferred_signal:
             self._redeliver()
 
     def _redeliver(self) -> None:

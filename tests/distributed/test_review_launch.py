@@ -156,13 +156,13 @@ def test_ctrl_c_to_a_job_names_where_it_found_each_rank_without_tracebacks(start
     assert proc.returncode == 130, err
     for rank in (0, 1):
         assert f"distvlog: rank {rank}: KeyboardInterrupt at loop.py:{line}\n" in err
-    assert f"distvlog launch: ranks 0,1: SIGINT found its main thread running Python at loop.py:{line}\n" in err
+    assert f"distvlog launch: ranks 0,1: KeyboardInterrupt found its main thread running Python at loop.py:{line}\n" in err
     assert not _found(err, "Traceback", "before its script", "ended before"), err
     run_dir = run_dir_of(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
     for rank in (0, 1):
         log = (run_dir / f"rank-{rank}.log").read_text()
-        record = re.search(rf"^W\S+ \S+ \d+ loop\.py:{line}\] \[rank {rank}\] SIGINT arrived while the main thread "
-                           r"was running Python, at \(most recent call last\):\n((?:  .*\n)*)", log, re.M)
+        record = re.search(rf"^W\S+ \S+ \d+ loop\.py:{line}\] \[rank {rank}\] KeyboardInterrupt arrived while the main "
+                           r"thread was running Python, at \(most recent call last\):\n((?:  .*\n)*)", log, re.M)
         assert record and "    time.sleep(0.01)  # @sleep\n" in record.group(1), log
         # the user's frames: not the runner's, nor those of the signal handler it was raised in
         assert re.findall(r'File "([^"]+)"', record.group(1)) == [str(script)], record.group(1)

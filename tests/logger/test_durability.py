@@ -95,15 +95,21 @@ import os, signal
 import distvlog.logger as dlog
 from distvlog.logger._logger import LineWriter
 
-class Signal:  # an event whose text is made while the batch is rendered: the signal arrives in the middle
+class Signal:  # an event whose text is made while the batch is rendered
     def __str__(self):
         os.kill(os.getpid(), signal.{signal})  # the handler runs at the next instruction, inside the batch
-        return "held 2"
+        return "held 3"
 
 writer = LineWriter(dlog.get_logger(), 4, node="n")
-writer(4, "before")
+writer.lines([(4, "before", None)])
 dlog.flush()
-writer.lines([(4, "held 1", None), (4, Signal(), None), (4, "held 3", None)])
+with writer.held() as log:
+    records = [(4, "held 1", None)]
+    os.kill(os.getpid(), signal.{signal})  # while the node's lines are being made
+    records += [(4, "held 2", None), (4, Signal(), None)]
+    with log.held():  # (holds nest)
+        pass
+    log.lines(records)
 print("the signal was lost", flush=True)
 '''
 

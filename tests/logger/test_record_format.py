@@ -270,8 +270,8 @@ Logger.vlog_at = lambda self, v, event, **f: (generic.append(event), generic_vlo
 skip_frames_of(Logger.vlog_at)
 
 def both(v, event, fields, **extra):  # the fast writer, then the generic call, from this same line
-    for write in (LineWriter(log, 9, **fields), log.bind(**fields).vlog_at):
-        write(v, event, **extra)  # @write
+    for fast in (True, False):
+        LineWriter(log, 9, **fields).lines([(v, event, extra)]) if fast else log.bind(**fields).vlog_at(v, event, **extra)  # @write
 
 both(4, "relu1GradNode(0x1) begin run", {"node": "relu1GradNode", "pass": 1})
 both(3, "{ Input: [\\n( grad_out , [{ Name: x }]) ]}", {"node": "n", "pass": 2})
@@ -295,6 +295,10 @@ writer = LineWriter(log, 4, node="b")
 writer.lines([(4, "batch 1", None), (5, "above the writer's level", None), (4, "batch\\n2", {"k": 1})])  # @batch
 writer.lines([(4, "a batch with a record for the generic path", None),  # @generic
               (4, "shadows a bound field", {"node": "x"}), (4, "last", None)])
+try:
+    writer.lines([(4, "before a record that cannot be written", None), (4, "shadows v", {"node": "x", "v": 9})])
+except TypeError as exc:
+    print(exc)
 '''
 
 
@@ -303,7 +307,8 @@ def test_line_writer_writes_what_the_generic_path_writes(scripts):
     assert run.proc.stdout.splitlines()[0] == str(sorted(  # the cases the fast writer hands to the generic path
         ["extra shadows bound", "extra shadows context", "bound core field", "core field",
          "an added processor sees the record"]))
-    records, batches = run.records()[:20], run.records()[20:]
+    assert run.proc.stdout.splitlines()[1] == "LineWriter.lines: a record's fields cannot be named ['v']"
+    records, batches = run.records()[:20], run.records()[20:]  # (nothing of the refused batch)
     assert len(records) == 2 * 10
     for fast, generic in zip(records[::2], records[1::2]):
         assert (fast.severity, fast.tid, fast.file, fast.line, fast.rank, fast.text) == \
