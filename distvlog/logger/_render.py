@@ -43,9 +43,10 @@ def logfmt_value(value: Any) -> str:
 
 
 def logfmt_pairs(fields: dict[str, Any]) -> str:
-    """` k=v` for each field, in order; plain strings and numbers inline (a call per field is measurable)."""
-    return "".join([f" {k}={v}" if (kind := type(v)) is str and v and not _needs_quotes(v) or kind is int
-                    or kind is float else f" {k}={logfmt_value(v)}" for k, v in fields.items()])
+    """` k=v` for each field, in order; numbers and plain strings inline (the renderer inlines this too: a
+    call per record is measurable)."""
+    return "".join([f" {k}={v}" if (kind := type(v)) is int or kind is float or kind is str and v
+                    and not _needs_quotes(v) else f" {k}={logfmt_value(v)}" for k, v in fields.items()])
 
 
 _DIGITS3 = [f"{i:03d}" for i in range(1000)]
@@ -65,18 +66,16 @@ class GlogRenderer:
         self._sites: dict[tuple, str] = {}
 
     def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
-        pairs = (logfmt_pairs({k: v for k, v in ed.items() if k not in CORE_FIELDS}) if len(ed) > len(CORE_FIELDS)
-                 else "")
-        return self.line(ed["ts"], ed["severity"], ed["tid"], ed["file"], ed["line"], ed["rank"], ed["event"], pairs)
-
-    def line(self, ts: int, severity: str, tid: int, file: str, line: int, rank: int, event: Any,
-             pairs: str) -> bytes:
-        """One record from its parts; `pairs` is the rendered ` k=v` of its other fields."""
-        return self.lines(ts, severity, tid, file, line, rank, ((event, pairs),))
+        pairs = "".join([f" {k}={v}" if (kind := type(v)) is int or kind is float or kind is str and v
+                         and not _needs_quotes(v) else f" {k}={logfmt_value(v)}"
+                         for k, v in ed.items() if k not in CORE_FIELDS]) if len(ed) > len(CORE_FIELDS) else ""
+        return self.lines(ed["ts"], ed["severity"], ed["tid"], ed["file"], ed["line"], ed["rank"],
+                          ((ed["event"], pairs),))
 
     def lines(self, ts: int, severity: str, tid: int, file: str, line: int, rank: int,
               records: Iterable[tuple[Any, str]]) -> bytes:
-        """Records made at one moment by one call site, each `(event, pairs)`, as one piece of bytes."""
+        """Records made at one moment by one call site, each `(event, pairs)` (`pairs`: the rendered ` k=v`
+        of its other fields), as one piece of bytes."""
         second, us = divmod(ts, 1_000_000)
         stamp = self._stamp
         if second != stamp[0]:
@@ -89,17 +88,18 @@ class GlogRenderer:
                 self._sites.clear()
             site = self._sites[key] = f" {tid} {file}:{line}] [rank {rank}] "
         prefix = f"{stamp[1][severity]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}"
-        texts: list[str] = []
+        texts = []
         for event, pairs in records:
             if type(event) is not str:
                 event = "" if event is None else str(event)
-            if not pairs:
-                texts += (prefix, event, "\n")
-            elif (cut := event.find("\n")) < 0:
-                texts += (prefix, event, pairs, "\n")
-            else:  # the fields end the first line
-                texts += (prefix, event[:cut], pairs, event[cut:], "\n")
-        text = "".join(texts)
+            if pairs:
+                if "\n" in event:  # the fields end the first line
+                    first, _, rest = event.partition("\n")
+                    event = f"{first}{pairs}\n{rest}"
+                else:
+                    event += pairs
+            texts.append(f"{prefix}{event}\n")
+        text = texts[0] if len(texts) == 1 else "".join(texts)
         try:
             return text.encode()
         except UnicodeEncodeError:  # lone surrogates (undecodable file names...): kept visible, escaped
