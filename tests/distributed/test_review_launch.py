@@ -101,20 +101,29 @@ for step in range(3):
 """
 
 
-def test_sigterm_to_a_job_hung_in_python_and_in_c_says_where_each_rank_was(start_cli, tmp_path):
-    """Rank 1 runs Python, so SIGTERM's handler runs in it at once and would end it, and the launcher would
-    then kill rank 0 before its watcher could log where it was blocked: the handler logs where rank 1 was
-    and holds the exit for a moment."""
-    script = tmp_path / "hang.py"
-    script.write_text(HUNG_IN_PYTHON)
+def _signal_once_ready(start_cli, tmp_path: Path, name: str, code: str, signum: int,
+                       settle_s: float = 0.0) -> tuple[subprocess.Popen, str]:
+    """`distvlog launch -n 2` of `code`, signalled once both ranks touched their ready file (and `settle_s`
+    later); the launch process and its stderr once it ended."""
+    script = tmp_path / name
+    script.write_text(code)
     proc = start_cli("launch", "-n", "2", str(script), str(tmp_path))
     try:
         while proc.poll() is None and len(list(tmp_path.glob("ready-*"))) < 2:
             time.sleep(0.05)
-        time.sleep(0.5)  # (not a speed limit: lets rank 0 enter the allreduce)
+        time.sleep(settle_s)
     finally:
-        proc.send_signal(signal.SIGTERM)  # (also if the wait fails: its ranks must not outlive the test)
+        proc.send_signal(signum)  # (also if the wait fails: its ranks must not outlive the test)
     _, err = proc.communicate(timeout=120)
+    return proc, err
+
+
+def test_sigterm_to_a_job_hung_in_python_and_in_c_says_where_each_rank_was(start_cli, tmp_path):
+    """Rank 1 runs Python, so SIGTERM's handler runs in it at once and would end it, and the launcher would
+    then kill rank 0 before its watcher could log where it was blocked: the handler logs where rank 1 was
+    and holds the exit for a moment."""
+    proc, err = _signal_once_ready(start_cli, tmp_path, "hang.py", HUNG_IN_PYTHON, signal.SIGTERM,
+                                   settle_s=0.5)  # (not a speed limit: lets rank 0 enter the allreduce)
     assert proc.returncode != 0
     assert (f"distvlog launch: rank 1: SIGTERM found its main thread running Python at "
             f"hang.py:{_line(HUNG_IN_PYTHON, '@loop')}") in err
@@ -143,15 +152,8 @@ while True:
 def test_ctrl_c_to_a_job_names_where_it_found_each_rank_without_tracebacks(start_cli, tmp_path):
     """A SIGINT that did not come from a terminal (kill -INT, a scheduler) is passed on to the ranks: each
     says in one line where the KeyboardInterrupt found it, logs it as a W record, and the job ends with 130."""
+    proc, err = _signal_once_ready(start_cli, tmp_path, "loop.py", LOOPING, signal.SIGINT)
     script = tmp_path / "loop.py"
-    script.write_text(LOOPING)
-    proc = start_cli("launch", "-n", "2", str(script), str(tmp_path))
-    try:
-        while proc.poll() is None and len(list(tmp_path.glob("ready-*"))) < 2:
-            time.sleep(0.05)
-    finally:
-        proc.send_signal(signal.SIGINT)  # (also if the wait fails: its ranks must not outlive the test)
-    _, err = proc.communicate(timeout=120)
     line = _line(LOOPING, "@sleep")
     assert proc.returncode == 130, err
     for rank in (0, 1):
