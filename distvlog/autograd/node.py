@@ -29,20 +29,29 @@ def next_seq(api: str) -> int:
     return next(counter)
 
 
-_dtype_names: dict[np.dtype, str] = {}
+class Memo(dict):
+    """Texts made once per key (a dtype, a shape): a hit is one look-up in C, not a Python call, which is
+    most of what a tagged node's lines would otherwise cost. Cleared past 10,000 keys (shapes may vary)."""
+
+    def __init__(self, make: Callable[[Any], str]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: Any) -> str:
+        if len(self) > 10_000:
+            self.clear()
+        text = self[key] = self.make(key)
+        return text
 
 
-def dtype_name(dtype: np.dtype) -> str:
-    """`float32`; cached, because numpy builds a dtype's name in Python on every call."""
-    name = _dtype_names.get(dtype)
-    if name is None:
-        name = _dtype_names[dtype] = np.dtype(dtype).name
-    return name
+dtype_name: Callable[[np.dtype], str] = Memo(lambda dtype: np.dtype(dtype).name).__getitem__  # `float32`
+shape_list: Callable[[tuple[int, ...]], str] = Memo(lambda shape: str(list(shape))).__getitem__  # `[64, 256]`
+shape_text: Callable[[tuple[int, ...]], str] = Memo(lambda shape: "x".join(map(str, shape))).__getitem__  # `64x256`
 
 
 def tensor_name(api: str, seq: int, dtype: np.dtype, shape: tuple[int, ...]) -> str:
     """`multiply1_out_float64_2x3`; a 0-d tensor ends in `_` (`sum1_out_float64_`)."""
-    return f"{api}{seq}_out_{dtype_name(dtype)}_{'x'.join(map(str, shape))}"
+    return f"{api}{seq}_out_{dtype_name(dtype)}_{shape_text(shape)}"
 
 
 class Site:

@@ -24,7 +24,7 @@ import numpy as np
 from .._checksum import checksum
 from ..logger import get_logger
 from ..logger._logger import LineWriter
-from .node import AccumulationNode, GradNode, dtype_name
+from .node import AccumulationNode, GradNode, dtype_name, shape_list, shape_text
 
 _log = get_logger("distvlog.autograd.engine")
 _BANNER = "=" * 26
@@ -47,7 +47,7 @@ def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
         largest = float(np.max(np.abs(flat))) if flat.size else 0.0
         scaled = flat / largest if largest else flat
         norm = largest * math.sqrt(float(np.dot(scaled, scaled))) if largest else 0.0
-    stats = {"shape": "x".join(map(str, a.shape)), "dtype": dtype_name(a.dtype), "norm": norm,
+    stats = {"shape": shape_text(a.shape), "dtype": dtype_name(a.dtype), "norm": norm,
              "nan": n_nan, "inf": n_inf}
     if detail:
         empty = flat.size == 0
@@ -68,13 +68,6 @@ def _values(a: np.ndarray) -> str:
         return np.array2string(a, separator=", ")
     flat = np.array2string(a.reshape(-1), threshold=MAX_VALUES, edgeitems=MAX_VALUES // 2, separator=", ")
     return f"{flat} ({a.size} values, shape {list(a.shape)})"
-
-
-def _impl_ptr(a: Any) -> str:
-    """Paddle's Tensor_Impl_Ptr is the object holding the memory: ours is the array that owns the buffer
-    (views of one buffer print the same), not its data address (`__array_interface__` costs ~20x more)."""
-    base = getattr(a, "base", None)
-    return f"0x{id(a if base is None else base):x}"
 
 
 class NodeLog:
@@ -102,11 +95,14 @@ class NodeLog:
         level = self.level
         if level < 4:
             return f"[{{\n        Name: {name} }}]"
+        # Paddle's Tensor_Impl_Ptr is the object holding the memory: ours is the array that owns the buffer
+        # (views of one buffer print the same), not its data address (`__array_interface__` costs ~20x more)
+        base = a.base
         text = (f"[{{\n        Name: {name},\n        Initialized: 1,\n        Tensor_Ptr:0x{id(a):x},\n"
-                f"        Tensor_Impl_Ptr: {_impl_ptr(a)}")
+                f"        Tensor_Impl_Ptr: 0x{id(a if base is None else base):x}")
         if level >= 5:
             text += (f",\n        TensorInfo: {{ Type: DenseTensor, Dtype: {dtype_name(a.dtype)}, Place: CPU, "
-                     f"Shape: {list(a.shape)} }}")
+                     f"Shape: {shape_list(a.shape)} }}")
         if level >= 6:
             text += f",\n        ADInfo: {{ {'None' if grad_node is None else f'GradNode: {grad_node!r}'} }}"
         if level >= 11:
@@ -127,13 +123,13 @@ class NodeLog:
         return self._inputs_text
 
     def begin(self, grad: np.ndarray) -> None:
-        with self.log.held() as log:  # (a signal meanwhile waits for these lines)
+        with self.log as log:  # (a signal meanwhile waits for these lines)
             node, api, level = self.node, self.api, self.level
             records: list[tuple[int, str, None]] = []  # (only the texts of the node's levels are built)
             if level >= 4:
                 records.append((4, f"{self.label} begin run", None))
             if level >= 5:
-                edges = sum(e is not None for e in node.edges)
+                edges = len(node.edges) - node.edges.count(None)
                 records.append((5, f"{self.label} has {edges} out edges to run", None))
             records += [(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}", None),
                         (3, f"{{ Input: {self._inputs(grad)}}} ", None)]
@@ -150,13 +146,14 @@ class NodeLog:
         node, api = self.node, self.api
         ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
         outs = [meta for meta in node.in_meta if meta is not None]
-        sig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {list(a.shape)}" for a in ins)
-        osig = ",\n".join(f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {list(s)}" for s, d in outs)
+        sig = ",\n".join([f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {shape_list(a.shape)}"
+                          for a in ins])
+        osig = ",\n".join([f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {shape_list(s)}" for s, d in outs])
         attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
         return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 
     def finish(self, grad: np.ndarray, outputs: tuple) -> None:
-        with self.log.held() as log:  # (a signal meanwhile waits for these lines)
+        with self.log as log:  # (a signal meanwhile waits for these lines)
             node, api = self.node, self.api
             grads = [(i, f"grad_{slot}", node.input_name(i) + "@Grad", g)
                      for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
@@ -180,12 +177,12 @@ class NodeLog:
     def pending(self, sent: list[tuple[GradNode, np.ndarray, bool, int]]) -> None:
         """Per out-edge that received a gradient: (the next node, the gradient, whether it was summed into
         one already held there, the next node's in-degree left)."""
-        with self.log.held() as log:  # (a signal meanwhile waits for these lines)
+        with self.log as log:  # (a signal meanwhile waits for these lines)
             level, records = self.level, []
             for nxt, grad, summed, in_degree in sent:
                 if level >= 6:
                     records += [(6, f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, "
-                                    f"dims={list(grad.shape)}", None),
+                                    f"dims={shape_list(grad.shape)}", None),
                                 (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None)]
                 if level >= 4:
                     records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))

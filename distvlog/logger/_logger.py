@@ -106,8 +106,9 @@ class LineWriter:
     chain is distvlog's own (no added processor, glog format), the bound fields are rendered once and the
     batch is rendered in one pass, with one call site and one timestamp, in one write to the sink. When a
     field would shadow another or set one of the record's own (`ts`, `file`...), or the chain is not
-    distvlog's, each record is that very call. Inside `with writer.held():` a SIGTERM/SIGINT waits until the
-    block ends, so the lines being made reach the buffer before a handler can end the process."""
+    distvlog's, each record is that very call. Inside `with writer:` a SIGTERM/SIGINT waits until the block
+    ends (for microseconds: a node's lines), so the lines being made reach the buffer before a handler can end
+    the process."""
 
     __slots__ = ("_logger", "level", "_context", "_fast", "_bound", "_ctx")
 
@@ -117,14 +118,12 @@ class LineWriter:
         self._context = {**logger._context, **fields}  # what bind() would hold (bound on the generic path only)
         self._fast = CORE_FIELDS.isdisjoint(self._context) and "v" not in self._context
         self._bound = logfmt_pairs(self._context) if self._fast else ""  # (v follows them)
-        self._ctx: tuple[dict | None, str | None] = (None, None)  # bind_context's dict and its rendering
-
-    def held(self) -> LineWriter:
-        """`with writer.held():` signals wait for the end of the block (for microseconds: a node's lines)."""
-        SINK.hold_signals()
-        return self
+        # bind_context's dict, its rendering (None when it sets a core field) and the fields a record's own
+        # may not shadow
+        self._ctx: tuple[dict | None, str | None, frozenset[str]] = (None, None, frozenset())
 
     def __enter__(self) -> LineWriter:
+        SINK.hold_signals()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -135,8 +134,8 @@ class LineWriter:
         ctx = CONTEXT.get()
         cached = self._ctx
         if cached[0] is not ctx:
-            cached = self._ctx = (ctx, self._render_context(ctx))
-        tail = cached[1]
+            cached = self._ctx = (ctx, self._render_context(ctx), CORE_FIELDS.union(self._context, ctx, ("v",)))
+        _, tail, taken = cached
         processors = self._logger._processors
         renderer = processors[-1]
         level = self.level
@@ -147,7 +146,7 @@ class LineWriter:
                     continue
                 if not extra:
                     items.append((event, f"{bound} v={v}{tail}"))
-                elif self._plain(extra, ctx):
+                elif taken.isdisjoint(extra):  # every other field stays as it is
                     items.append((event, f"{bound} v={v}{logfmt_pairs(extra)}{tail}"))
                 else:
                     break  # the generic path for the whole batch: the records keep their order
@@ -165,11 +164,6 @@ class LineWriter:
         for v, event, extra in records:
             if v <= level:
                 logger.vlog_at(v, event, **extra or {})
-
-    def _plain(self, extra: dict[str, Any], ctx: dict[str, Any]) -> bool:
-        """Whether a record's own fields leave every other field as it is."""
-        return (CORE_FIELDS.isdisjoint(extra) and "v" not in extra and self._context.keys().isdisjoint(extra)
-                and ctx.keys().isdisjoint(extra))
 
     def _render_context(self, ctx: dict[str, Any]) -> str | None:
         """The ` k=v` that `bind_context` adds (fields not already bound); None when it sets a core field."""

@@ -172,7 +172,7 @@ class RankFile:
 
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
     # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.
-    # Between hold_signals() and release_signals() (a node making its batch of lines, `LineWriter.held`), a
+    # Between hold_signals() and release_signals() (a node making its batch of lines, `with LineWriter`), a
     # signal waits, for microseconds: the lines being made reach the buffer before the handler runs.
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
         if self._lock._is_owned() or threading.get_ident() in self.holding:  # (handlers run in the main thread)

@@ -103,11 +103,11 @@ class Signal:  # an event whose text is made while the batch is rendered
 writer = LineWriter(dlog.get_logger(), 4, node="n")
 writer.lines([(4, "before", None)])
 dlog.flush()
-with writer.held() as log:
+with writer as log:
     records = [(4, "held 1", None)]
     os.kill(os.getpid(), signal.{signal})  # while the node's lines are being made
     records += [(4, "held 2", None), (4, Signal(), None)]
-    with log.held():  # (holds nest)
+    with log:  # (holds nest)
         pass
     log.lines(records)
 print("the signal was lost", flush=True)
