@@ -24,6 +24,7 @@ import numpy as np
 from .._checksum import checksum
 from ..logger import get_logger
 from ..logger._logger import LineWriter
+from ..logger._sink import SINK
 from .node import AccumulationNode, GradNode, dtype_name, shape_list, shape_text
 
 _log = get_logger("distvlog.autograd.engine")
@@ -123,7 +124,7 @@ class NodeLog:
         return self._inputs_text
 
     def begin(self, grad: np.ndarray) -> None:
-        with self.log as log:  # (a signal meanwhile waits for these lines)
+        with SINK.signals_held:  # (a signal meanwhile waits for these lines)
             node, api, level = self.node, self.api, self.level
             records: list[tuple[int, str, None]] = []  # (only the texts of the node's levels are built)
             if level >= 4:
@@ -140,7 +141,7 @@ class NodeLog:
                                 (4, self._kernel(grad), None)]
                 if level >= 7:
                     records.append((7, "Run Backward Kernel", None))
-            log.lines(records)
+            self.log.lines(records)
 
     def _kernel(self, grad: np.ndarray) -> str:
         node, api = self.node, self.api
@@ -153,7 +154,7 @@ class NodeLog:
         return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 
     def finish(self, grad: np.ndarray, outputs: tuple) -> None:
-        with self.log as log:  # (a signal meanwhile waits for these lines)
+        with SINK.signals_held:  # (a signal meanwhile waits for these lines)
             node, api = self.node, self.api
             grads = [(i, f"grad_{slot}", node.input_name(i) + "@Grad", g)
                      for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
@@ -172,12 +173,12 @@ class NodeLog:
                 if all(g is not grad for *_, g in grads):
                     del self._stats[id(grad)]  # arrived, not passed on: the pass need not hold this gradient any more
             records.append((3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}", None))
-            log.lines(records)
+            self.log.lines(records)
 
     def pending(self, sent: list[tuple[GradNode, np.ndarray, bool, int]]) -> None:
         """Per out-edge that received a gradient: (the next node, the gradient, whether it was summed into
         one already held there, the next node's in-degree left)."""
-        with self.log as log:  # (a signal meanwhile waits for these lines)
+        with SINK.signals_held:  # (a signal meanwhile waits for these lines)
             level, records = self.level, []
             for nxt, grad, summed, in_degree in sent:
                 if level >= 6:
@@ -186,4 +187,4 @@ class NodeLog:
                                 (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None)]
                 if level >= 4:
                     records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
-            log.lines(records)
+            self.log.lines(records)

@@ -106,9 +106,7 @@ class LineWriter:
     chain is distvlog's own (no added processor, glog format), the bound fields are rendered once and the
     batch is rendered in one pass, with one call site and one timestamp, in one write to the sink. When a
     field would shadow another or set one of the record's own (`ts`, `file`...), or the chain is not
-    distvlog's, each record is that very call. Inside `with writer:` a SIGTERM/SIGINT waits until the block
-    ends (for microseconds: a node's lines), so the lines being made reach the buffer before a handler can end
-    the process."""
+    distvlog's, each record is that very call."""
 
     __slots__ = ("_logger", "level", "_context", "_fast", "_bound", "_ctx")
 
@@ -121,13 +119,6 @@ class LineWriter:
         # bind_context's dict, its rendering (None when it sets a core field) and the fields a record's own
         # may not shadow
         self._ctx: tuple[dict | None, str | None, frozenset[str]] = (None, None, frozenset())
-
-    def __enter__(self) -> LineWriter:
-        SINK.hold_signals()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        SINK.release_signals()
 
     def lines(self, records: Sequence[tuple[int, Any, dict[str, Any] | None]]) -> None:
         """Write each `(v, event, extra fields or None)` whose `v` is at most the writer's level."""

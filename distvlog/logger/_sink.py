@@ -37,7 +37,7 @@ class RankFile:
         self._reset()
         self._clock: dict[str, str] = {}  # header clock slots measured so far (kept by a forked child)
         self._deferred_signal: tuple | None = None
-        self.holding: dict[int, int] = {}  # thread -> how many `hold_signals` it is inside (see flush_for_signal)
+        self.signals_held = SignalsHeld(self)
         os.register_at_fork(before=self._before_fork, after_in_parent=self._lock_release,
                             after_in_child=self._after_fork_child)
 
@@ -172,26 +172,14 @@ class RankFile:
 
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
     # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.
-    # Between hold_signals() and release_signals() (a node making its batch of lines, `with LineWriter`), a
-    # signal waits, for microseconds: the lines being made reach the buffer before the handler runs.
+    # Inside `with SINK.signals_held:` (a node making its batch of lines) a signal waits too.
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
-        if self._lock._is_owned() or threading.get_ident() in self.holding:  # (handlers run in the main thread)
+        if self._lock._is_owned() or threading.get_ident() in self.signals_held.depth:  # (handlers run in the
+            # main thread)
             self._deferred_signal = (signum, frame, chain)
             return
         self.flush()
         chain(signum, frame)
-
-    def hold_signals(self) -> None:
-        tid = threading.get_ident()
-        self.holding[tid] = self.holding.get(tid, 0) + 1
-
-    def release_signals(self) -> None:
-        tid = threading.get_ident()
-        depth = self.holding.pop(tid, 1) - 1
-        if depth:
-            self.holding[tid] = depth
-        elif self._deferred_signal:
-            self._redeliver()
 
     def _redeliver(self) -> None:
         """Run the deferred handler once the lock is free: in the main thread, where it was deferred and
@@ -220,6 +208,30 @@ class RankFile:
         self._child = True  # same run, own file: rank-<R>.<pid>, same clock offsets as the parent
         if fd >= 0:
             os.close(fd)
+
+
+class SignalsHeld:
+    """`with SINK.signals_held:` a SIGTERM/SIGINT waits until the block ends (for microseconds: a node making
+    its batch of lines), so the lines being made reach the buffer before a handler can end the process.
+    Holds nest; each thread counts its own."""
+
+    __slots__ = ("_sink", "depth")
+
+    def __init__(self, sink: RankFile) -> None:
+        self._sink = sink
+        self.depth: dict[int, int] = {}  # thread -> how many holds it is inside
+
+    def __enter__(self) -> None:
+        depth, tid = self.depth, threading.get_ident()
+        depth[tid] = depth.get(tid, 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        depth, tid = self.depth, threading.get_ident()
+        left = depth.pop(tid, 1) - 1
+        if left:
+            depth[tid] = left
+        elif self._sink._deferred_signal:
+            self._sink._redeliver()
 
 
 def _echo(record: bytes) -> None:

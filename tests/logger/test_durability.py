@@ -94,6 +94,7 @@ SIGNAL_IN_A_BATCH = '''
 import os, signal
 import distvlog.logger as dlog
 from distvlog.logger._logger import LineWriter
+from distvlog.logger._sink import SINK
 
 class Signal:  # an event whose text is made while the batch is rendered
     def __str__(self):
@@ -103,13 +104,13 @@ class Signal:  # an event whose text is made while the batch is rendered
 writer = LineWriter(dlog.get_logger(), 4, node="n")
 writer.lines([(4, "before", None)])
 dlog.flush()
-with writer as log:
+with SINK.signals_held:
     records = [(4, "held 1", None)]
     os.kill(os.getpid(), signal.{signal})  # while the node's lines are being made
     records += [(4, "held 2", None), (4, Signal(), None)]
-    with log:  # (holds nest)
+    with SINK.signals_held:  # (holds nest)
         pass
-    log.lines(records)
+    writer.lines(records)
 print("the signal was lost", flush=True)
 '''
 
