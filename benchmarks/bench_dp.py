@@ -13,7 +13,7 @@ median of per-round ratios (paired in time, because these machines are noisy and
 oversubscribed), and "no guard" and "bucketed" are the same configuration: their ratio is the noise.
 Run it as a plain script; it starts its own ranks with the launcher `distvlog launch` would use.
 
-    python benchmarks/bench_dp.py [-n 4] [--rounds 7] [--steps 20] [--hidden 256] [--layers 4] [--batch 64]
+    python benchmarks/bench_dp.py [-n 4] [--rounds 15] [--steps 20] [--hidden 256] [--layers 4] [--batch 64]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-n", type=int, default=4, help="ranks")
-    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--steps", type=int, default=20, help="timed steps per configuration and round")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
