@@ -88,16 +88,16 @@ class GlogRenderer:
                 self._sites.clear()
             site = self._sites[key] = f" {tid} {file}:{line}] [rank {rank}] "
         prefix = f"{stamp[1][severity]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}"
-        pieces = []  # joined once: each byte is copied once, not once per concatenation
+        texts = []
         for event, pairs in records:
             if type(event) is not str:
                 event = "" if event is None else str(event)
             if pairs and "\n" in event:  # the fields end the first line
                 first, _, rest = event.partition("\n")
-                pieces += (prefix, first, pairs, "\n", rest, "\n")
+                texts.append(f"{prefix}{first}{pairs}\n{rest}\n")
             else:
-                pieces += (prefix, event, pairs, "\n")
-        text = "".join(pieces)
+                texts.append(f"{prefix}{event}{pairs}\n")
+        text = texts[0] if len(texts) == 1 else "".join(texts)
         try:
             return text.encode()
         except UnicodeEncodeError:  # lone surrogates (undecodable file names...): kept visible, escaped
