@@ -29,7 +29,7 @@ def next_seq(api: str) -> int:
     return next(counter)
 
 
-class Memo(dict):
+class _Memo(dict):
     """Texts made once per key (a dtype, a shape): a hit is one look-up in C, not a Python call, which is
     most of what a tagged node's lines would otherwise cost. Cleared past 10,000 keys (shapes may vary)."""
 
@@ -44,9 +44,9 @@ class Memo(dict):
         return text
 
 
-dtype_name: Callable[[np.dtype], str] = Memo(lambda dtype: np.dtype(dtype).name).__getitem__  # `float32`
-shape_list: Callable[[tuple[int, ...]], str] = Memo(lambda shape: str(list(shape))).__getitem__  # `[64, 256]`
-shape_text: Callable[[tuple[int, ...]], str] = Memo(lambda shape: "x".join(map(str, shape))).__getitem__  # `64x256`
+dtype_name: Callable[[np.dtype], str] = _Memo(lambda dtype: np.dtype(dtype).name).__getitem__  # `float32`
+shape_list: Callable[[tuple[int, ...]], str] = _Memo(lambda shape: str(list(shape))).__getitem__  # `[64, 256]`
+shape_text: Callable[[tuple[int, ...]], str] = _Memo(lambda shape: "x".join(map(str, shape))).__getitem__  # `64x256`
 
 
 def tensor_name(api: str, seq: int, dtype: np.dtype, shape: tuple[int, ...]) -> str:
