@@ -98,7 +98,7 @@ class NodeLog:
             return f"[{{\n        Name: {name} }}]"
         # Paddle's Tensor_Impl_Ptr is the object holding the memory: ours is the array that owns the buffer
         # (views of one buffer print the same), not its data address (`__array_interface__` costs ~20x more)
-        base = a.base
+        base = getattr(a, "base", None)
         text = (f"[{{\n        Name: {name},\n        Initialized: 1,\n        Tensor_Ptr:0x{id(a):x},\n"
                 f"        Tensor_Impl_Ptr: 0x{id(a if base is None else base):x}")
         if level >= 5:
@@ -149,7 +149,8 @@ class NodeLog:
         outs = [meta for meta in node.in_meta if meta is not None]
         sig = ",\n".join([f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {shape_list(a.shape)}"
                           for a in ins])
-        osig = ",\n".join([f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {shape_list(s)}" for s, d in outs])
+        osig = ",\n".join([f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {shape_list(s)}"
+                           for s, d in outs])
         attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
         return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 

@@ -76,12 +76,12 @@ def thread_id() -> int:
 def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[str, Any]:
     """Bound context (`bind_context`), the caller's `file`/`line` (a fixed-depth frame look-up, not a stack
     walk), `ts` in µs since the epoch, `severity`, `rank`, `world_size` and the native thread id `tid`.
-    Fields already present (a record bridged from stdlib logging) are kept."""
+    Fields already present (a record bridged from stdlib logging) are kept; `file` and `line` only as a pair."""
     ctx = CONTEXT.get()
     if ctx:
         for key, value in ctx.items():
             ed.setdefault(key, value)
-    if "file" not in ed:
+    if "file" not in ed or "line" not in ed:  # (a lone `file` or `line` field is the caller's, as a bound one)
         ed["file"], ed["line"] = caller_site(sys._getframe(2))  # this processor <- Logger method <- caller
     if "ts" not in ed:  # _clock.now_us(), inlined: a call costs more than the rest of this line
         ed["ts"] = time.time_ns() // 1000 + (IDENTITY.rank * SKEW_PER_RANK_US if SKEW_PER_RANK_US else 0)
@@ -91,3 +91,4 @@ def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[
     ed["world_size"] = ident.world_size
     ed["tid"] = _thread.tid
     return ed
+

@@ -174,8 +174,8 @@ class RankFile:
     # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.
     # Inside `with SINK.signals_held:` (a node making its batch of lines) a signal waits too.
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
-        if self._lock._is_owned() or threading.get_ident() in self.signals_held.depth:  # (handlers run in the
-            # main thread)
+        # (handlers run in the main thread: the lock's owner or the holding thread is this one)
+        if self._lock._is_owned() or threading.get_ident() in self.signals_held.depth:
             self._deferred_signal = (signum, frame, chain)
             return
         self.flush()

@@ -61,3 +61,9 @@ def test_user_processors_run_before_the_json_renderer(scripts):
     _, records = read_jsonl(run.only_file())
     assert [(r["event"], r["tag"]) for r in records][:3] == [("HELLO", "t1"), ("CAREFUL", "t1"), ("DEBUG OK", "t1")]
     assert not any(r.get("secret") for r in records)
+
+
+def test_a_lone_file_or_line_field_gives_way_to_the_call_site(scripts):
+    code = "import distvlog.logger as dlog\nlog = dlog.get_logger()\nlog.info('a', file='f.py')\nlog.info('b', line=9)\n"
+    run = scripts.run(code)
+    assert [(r.first, r.file, r.line) for r in run.records()] == [("a", "script.py", 3), ("b", "script.py", 4)]
