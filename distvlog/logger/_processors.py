@@ -91,4 +91,3 @@ def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[
     ed["world_size"] = ident.world_size
     ed["tid"] = _thread.tid
     return ed
-
