@@ -183,16 +183,12 @@ def _run_hooks(node: GradNode, grad: np.ndarray) -> np.ndarray:
     return grad
 
 
-def _run_node(task: GraphTask, node: GradNode, grad: np.ndarray, nlog: NodeLog | None) -> tuple:
-    if nlog is not None:
-        nlog.begin(grad)
+def _run_node(task: GraphTask, node: GradNode, grad: np.ndarray) -> tuple:
     try:
         outputs = node.op.backward(grad, *node.saved, **node.attrs)
     except Exception as exc:
         raise BackwardError(node, f"{type(exc).__name__}: {exc}") from exc
     fitted = _validate(node, outputs)
-    if nlog is not None:
-        nlog.finish(grad, fitted)
     if not task.retain_graph:
         node.saved, node.versions = None, ()
     return fitted
@@ -204,23 +200,19 @@ def _writable(grad: np.ndarray) -> np.ndarray:
     return grad if type(grad) is np.ndarray and grad.flags.writeable else np.array(grad)
 
 
-def _accumulate(node: AccumulationNode, grad: np.ndarray, nlog: NodeLog | None, into_grad: bool) -> None:
-    """Add into the leaf's `.grad` (unless grad() runs the node: then it only logs), then run its
-    post-accumulate hooks (their errors are theirs to word: they reach the caller of backward() as raised).
+def _accumulate(node: AccumulationNode, grad: np.ndarray, into_grad: bool) -> None:
+    """Add into the leaf's `.grad` (unless grad() runs the node), then run its post-accumulate hooks (their
+    errors are theirs to word: they reach the caller of backward() as raised).
 
     The read-modify-write of `.grad` holds the node's lock, as PyTorch's AccumulateGrad does: passes in
     other threads may add into the same leaf. The hooks run after it is released: one may block (an
     allreduce waiting for other ranks) or run a backward itself."""
-    if nlog is not None:
-        nlog.begin(grad)
     leaf = node.leaf()
     if into_grad and leaf is not None:
         with node.lock:
             leaf.grad = Tensor(_writable(grad) if leaf.grad is None else leaf.grad._data + grad)
         for hook in node.post_hooks or ():
             hook(leaf)
-    if nlog is not None:
-        nlog.finish(grad, ())
 
 
 def queue_callback(callback: Callable[[], None]) -> None:
@@ -265,15 +257,18 @@ def _run_graph(task: GraphTask) -> None:
             captured[node] = grad
             if node in stops:  # grad(): this input's gradient is the answer, and nothing needed lies beyond
                 continue
-        level = node.vlog_level if node.vlog_level is not None else task.level
-        nlog = NodeLog(node, level, task.pass_id, task.stats) if level >= 3 else None
         if grad is None:  # nothing reached this node: its successors get nothing from it either
-            outputs: tuple = (None,) * len(node.edges)
-        elif type(node) is AccumulationNode:
-            _accumulate(node, grad, nlog, task.accumulate)
-            outputs = ()
+            nlog, outputs = None, (None,) * len(node.edges)
         else:
-            outputs = _run_node(task, node, grad, nlog)
+            level = node.vlog_level if node.vlog_level is not None else task.level
+            nlog = NodeLog(node, level, task.pass_id, task.stats) if level >= 3 else None
+            if nlog is not None:
+                nlog.begin(grad)
+            if type(node) is AccumulationNode:
+                _accumulate(node, grad, task.accumulate)
+                outputs = ()
+            else:
+                outputs = _run_node(task, node, grad)
         task.nodes_run += 1
         if node.capture is not None:
             node.capture.record(node, grad, outputs)
@@ -292,8 +287,8 @@ def _run_graph(task: GraphTask) -> None:
             deps[nxt] -= 1
             if deps[nxt] == 0:
                 ready.append(nxt)
-        if sent:
-            nlog.pending(sent)
+        if nlog is not None:  # its outputs and the pending nodes they reached: one batch of lines
+            nlog.finish(grad, outputs, sent)
 
 
 def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None] | None) -> dict:

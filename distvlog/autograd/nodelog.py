@@ -8,7 +8,8 @@
   5  one `grad_stats` record per gradient: shape, dtype, L2 norm, NaN/Inf counts (what `diff` reads);
      at 6 also min, max, mean and checksum (four more passes over every gradient)
   3  ===Finish_AD_API_GRAD: <op>_grad===
-  4  <node>(0x..) Found pending node: <next>(0x..), per out-edge that received a gradient
+  4  <node>(0x..) Found pending node: <next>(0x..), per out-edge that received a gradient (in the finish's
+     batch: the engine passes them once it has handed the outputs on)
 
 Tensor dumps grow with the level as Paddle's: 3 names, 4 + pointers, 5 + TensorInfo, 6 + ADInfo,
 11 + values (truncated). The statistics are in the `grad_stats` records, whose fields `diff` reads.
@@ -154,9 +155,13 @@ class NodeLog:
         attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
         return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 
-    def finish(self, grad: np.ndarray, outputs: tuple) -> None:
+    def finish(self, grad: np.ndarray, outputs: tuple, sent: list[tuple[GradNode, np.ndarray, bool, int]] | None
+               ) -> None:
+        """The node's outputs, then per out-edge that received a gradient (`sent`, at level 4 and up): the
+        next node, the gradient, whether it was summed into one already held there, the next node's
+        in-degree left."""
         with SINK.signals_held:  # (a signal meanwhile waits for these lines)
-            node, api = self.node, self.api
+            node, api, level = self.node, self.api, self.level
             grads = [(i, f"grad_{slot}", node.input_name(i) + "@Grad", g)
                      for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
             outs = [f" ( {slot} , {self._tensor(name, g, node.edges[i])})" for i, slot, name, g in grads]
@@ -165,7 +170,7 @@ class NodeLog:
                 records.append((3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}", None))
             dump = f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } "
             records.append((3, dump, None))
-            if self.level >= 5:
+            if level >= 5:
                 site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
                 records.append((5, "grad_stats", {"slot": "grad_out", "tensor": node.out_name + "@Grad", **site,
                                                   **self.stats(grad)}))
@@ -174,18 +179,10 @@ class NodeLog:
                 if all(g is not grad for *_, g in grads):
                     del self._stats[id(grad)]  # arrived, not passed on: the pass need not hold this gradient any more
             records.append((3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}", None))
-            self.log.lines(records)
-
-    def pending(self, sent: list[tuple[GradNode, np.ndarray, bool, int]]) -> None:
-        """Per out-edge that received a gradient: (the next node, the gradient, whether it was summed into
-        one already held there, the next node's in-degree left)."""
-        with SINK.signals_held:  # (a signal meanwhile waits for these lines)
-            level, records = self.level, []
-            for nxt, grad, summed, in_degree in sent:
+            for nxt, g, summed, in_degree in sent or ():
                 if level >= 6:
-                    records += [(6, f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(grad.dtype)}, "
-                                    f"dims={shape_list(grad.shape)}", None),
+                    records += [(6, f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(g.dtype)}, "
+                                    f"dims={shape_list(g.shape)}", None),
                                 (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None)]
-                if level >= 4:
-                    records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
+                records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
             self.log.lines(records)
