@@ -37,9 +37,10 @@ def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
     """Statistics that tell ranks apart, robust to NaN/Inf: the L2 norm and NaN/Inf counts in one pass over a
     finite gradient; with `detail`, min, max, mean and a checksum (exact to compare) in four more."""
     a = np.asarray(a)
-    wide = a.dtype.kind == "f" and a.dtype.itemsize >= 4  # BLAS's; float16 and ints in float64 (no overflow)
+    dtype = a.dtype
+    wide = dtype.kind == "f" and dtype.itemsize >= 4  # BLAS's; float16 and ints in float64 (no overflow)
     flat = a.reshape(-1) if wide else a.reshape(-1).astype(np.float64)
-    norm = math.sqrt(float(np.dot(flat, flat))) if flat.size else 0.0  # (float32 sums in float32: ~1e-4 off
+    norm = math.sqrt(float(flat.dot(flat))) if flat.size else 0.0  # (float32 sums in float32: ~1e-4 off
     n_nan = n_inf = 0                                                    # at 10M elements)
     if not math.isfinite(norm):  # a NaN or Inf, or squares beyond the dtype's range
         finite = np.isfinite(flat)
@@ -48,8 +49,8 @@ def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
         flat = flat[finite] if n_nan or n_inf else flat
         largest = float(np.max(np.abs(flat))) if flat.size else 0.0
         scaled = flat / largest if largest else flat
-        norm = largest * math.sqrt(float(np.dot(scaled, scaled))) if largest else 0.0
-    stats = {"shape": shape_text(a.shape), "dtype": dtype_name(a.dtype), "norm": norm,
+        norm = largest * math.sqrt(float(scaled.dot(scaled))) if largest else 0.0
+    stats = {"shape": shape_text(a.shape), "dtype": dtype_name(dtype), "norm": norm,
              "nan": n_nan, "inf": n_inf}
     if detail:
         empty = flat.size == 0
