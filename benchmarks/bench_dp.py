@@ -49,8 +49,14 @@ def launch(args: argparse.Namespace) -> None:
 
     launcher = find_launcher(None)
     with tempfile.TemporaryDirectory() as logs:
-        env = {**os.environ, "DISTVLOG_LOG_DIR": logs, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-               "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = {
+            **os.environ,
+            "DISTVLOG_LOG_DIR": logs,
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
         cmd = mpi_command(launcher, launcher_kind(launcher), args.n, {}, None)
         cmd += [sys.executable, __file__, "--worker", *sys.argv[1:]]
         sys.exit(subprocess.run(cmd, env=env).returncode)
@@ -85,11 +91,17 @@ def worker(args: argparse.Namespace) -> None:
     x = dv.to_tensor(rng.standard_normal((args.batch, 64)).astype("float32"))
     y = dv.to_tensor(rng.integers(0, 10, args.batch))
     nets = {"bucketed": Deep(), "per-parameter": Deep()}
-    models = {"bucketed": dv.DataParallel(nets["bucketed"]),
-              "per-parameter": dv.DataParallel(nets["per-parameter"], comm_buffer_size=1e-9)}
+    models = {
+        "bucketed": dv.DataParallel(nets["bucketed"]),
+        "per-parameter": dv.DataParallel(nets["per-parameter"], comm_buffer_size=1e-9),
+    }
     opts = {k: dv.optim.Adam(learning_rate=1e-3, parameters=m.parameters()) for k, m in models.items()}
-    configs = {"no guard": ("bucketed", 0), "guard(5) on one layer": ("bucketed", 5),
-               "bucketed": ("bucketed", 0), "per-parameter": ("per-parameter", 0)}
+    configs = {
+        "no guard": ("bucketed", 0),
+        "guard(5) on one layer": ("bucketed", 5),
+        "bucketed": ("bucketed", 0),
+        "per-parameter": ("per-parameter", 0),
+    }
 
     def step(name: str) -> float:
         key, level = configs[name]
@@ -120,14 +132,20 @@ def worker(args: argparse.Namespace) -> None:
             return statistics.median(r[a] / r[b] for r in rounds)
 
         buckets = {k: len(m.buckets) for k, m in models.items()}
-        print(f"{args.n} ranks, MLP 64-{'-'.join([str(args.hidden)] * args.layers)}-10, batch {args.batch}/rank, "
-              f"{args.rounds} rounds x {args.steps} steps, median step time:")
+        print(
+            f"{args.n} ranks, MLP 64-{'-'.join([str(args.hidden)] * args.layers)}-10, batch {args.batch}/rank, "
+            f"{args.rounds} rounds x {args.steps} steps, median step time:"
+        )
         for name in configs:
             print(f"  {name:24s} {med[name]:8.2f} ms")
-        print(f"guard overhead: {ratio('guard(5) on one layer', 'no guard'):.3f}x (goal <= 1.10x), "
-              f"{med['guard(5) on one layer'] - med['no guard']:.2f} ms per step")
-        print(f"per-parameter ({buckets['per-parameter']} allreduces) / bucketed ({buckets['bucketed']}): "
-              f"{ratio('per-parameter', 'bucketed'):.3f}x")
+        print(
+            f"guard overhead: {ratio('guard(5) on one layer', 'no guard'):.3f}x (goal <= 1.10x), "
+            f"{med['guard(5) on one layer'] - med['no guard']:.2f} ms per step"
+        )
+        print(
+            f"per-parameter ({buckets['per-parameter']} allreduces) / bucketed ({buckets['bucketed']}): "
+            f"{ratio('per-parameter', 'bucketed'):.3f}x"
+        )
         print(f"A/A control, 'bucketed' / 'no guard' (the same configuration): {ratio('bucketed', 'no guard'):.3f}x")
     dv.finalize()
 

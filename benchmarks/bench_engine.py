@@ -113,17 +113,26 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     dv.seed(0)
-    weights = [p.numpy().copy() for p in dv.nn.Sequential(dv.nn.Linear(IN, HIDDEN), dv.nn.Linear(HIDDEN, OUT)).parameters()]
+    weights = [
+        p.numpy().copy() for p in dv.nn.Sequential(dv.nn.Linear(IN, HIDDEN), dv.nn.Linear(HIDDEN, OUT)).parameters()
+    ]
     frameworks = {"distvlog": dv_setup}
     if torch is not None:
         torch.set_num_threads(1)
         frameworks["torch"] = torch_setup
-    print(f"distvlog {dv.__version__} on numpy {np.__version__}; "
-          + (f"torch {torch.__version__}" if torch else
-             "torch not installed (the baseline: pip install torch==2.13.0), distvlog's figures only")
-          + "; one thread each (OMP/OPENBLAS/MKL_NUM_THREADS=1, torch.set_num_threads(1))")
-    print(f"MLP {IN}-{HIDDEN}-{OUT}, float32, SGD lr={LR}; median of {args.rounds} interleaved rounds x "
-          f"{args.steps} steps\n")
+    print(
+        f"distvlog {dv.__version__} on numpy {np.__version__}; "
+        + (
+            f"torch {torch.__version__}"
+            if torch
+            else "torch not installed (the baseline: pip install torch==2.13.0), distvlog's figures only"
+        )
+        + "; one thread each (OMP/OPENBLAS/MKL_NUM_THREADS=1, torch.set_num_threads(1))"
+    )
+    print(
+        f"MLP {IN}-{HIDDEN}-{OUT}, float32, SGD lr={LR}; median of {args.rounds} interleaved rounds x "
+        f"{args.steps} steps\n"
+    )
 
     cases = {}  # (batch, mode) -> framework -> step functions
     for batch in args.batches:
@@ -132,8 +141,10 @@ def main() -> None:
         setups = {name: setup(weights, x, y) for name, setup in frameworks.items()}
         for mode in ("train", "fwd_bwd"):
             cases[batch, mode] = {name: s[mode] for name, s in setups.items()}
-    op_fns = {name: setup(weights, np.zeros((1, IN), np.float32), np.zeros(1, np.int64))["op"]
-              for name, setup in frameworks.items()}
+    op_fns = {
+        name: setup(weights, np.zeros((1, IN), np.float32), np.zeros(1, np.int64))["op"]
+        for name, setup in frameworks.items()
+    }
 
     samples: dict[tuple, list[float]] = {}
     for fns in cases.values():  # warm up: caches, allocator, lazy imports
@@ -151,8 +162,11 @@ def main() -> None:
     header = f"{'what':<22}{'distvlog µs':>12}" + (f"{'torch µs':>12}{'ratio':>8}" if has_torch else "")
     print(header)
     print("-" * len(header))
-    rows = [(f"{'train step' if mode == 'train' else 'fwd+bwd'} batch {batch}", (batch, mode))
-            for mode in ("train", "fwd_bwd") for batch in args.batches]
+    rows = [
+        (f"{'train step' if mode == 'train' else 'fwd+bwd'} batch {batch}", (batch, mode))
+        for mode in ("train", "fwd_bwd")
+        for batch in args.batches
+    ]
     rows.append(("per-op a + b", ("op",)))
     for label, key in rows:
         line = f"{label:<22}{med[(*key, 'distvlog')]:>12.1f}"
@@ -160,8 +174,10 @@ def main() -> None:
             line += f"{med[(*key, 'torch')]:>12.1f}{med[(*key, 'distvlog')] / med[(*key, 'torch')]:>8.2f}"
         print(line)
     if has_torch:
-        print("\nratio = distvlog / torch (below 1.0: distvlog is faster). Done at <= 1.0 for every train step; "
-              "goal <= 0.8 at batch 1.")
+        print(
+            "\nratio = distvlog / torch (below 1.0: distvlog is faster). Done at <= 1.0 for every train step; "
+            "goal <= 0.8 at batch 1."
+        )
 
 
 if __name__ == "__main__":

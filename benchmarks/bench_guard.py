@@ -41,22 +41,33 @@ import distvlog.logger as dlog  # noqa: E402
 
 # (module, function, [(snippet in its source, replacement)]): the guard machinery and nothing else.
 BYPASS = [
-    (dispatch, "apply", [
-        ("state.vlog_tag, capture,", "None, capture,"),
-        ("capture = state.capture", "capture = None"),
-        ("if _rules.ceiling >= 3 and _log.vlog_is_on(3):", "if False:"),
-    ]),
-    (engine, "_run_graph", [
-        ("if task.level >= 3:", "if False:"),
-        ("level = node.vlog_level if node.vlog_level is not None else task.level\n"
-         "            nlog = NodeLog(node, level, task.pass_id, task.stats) if level >= 3 else None\n"
-         "            if nlog is not None:\n"
-         "                nlog.begin(grad)", "nlog = None"),
-        ("if node.capture is not None:", "if False:"),
-        ("sent = [] if nlog is not None and nlog.level >= 4 else None", "sent = None"),
-        ("if sent is not None:\n                    sent.append(", "if False:\n                    sent.append("),
-        ("if nlog is not None:  # its outputs", "if False:  # its outputs"),
-    ]),
+    (
+        dispatch,
+        "apply",
+        [
+            ("state.vlog_tag,", "None,"),
+            ("capture = state.capture", "capture = None"),
+            ("if _rules.ceiling >= 3 and _log.vlog_is_on(3):", "if False:"),
+        ],
+    ),
+    (
+        engine,
+        "_run_graph",
+        [
+            ("if task.level >= 3:", "if False:"),
+            (
+                "level = node.vlog_level if node.vlog_level is not None else task.level\n"
+                "            nlog = NodeLog(node, level, task.pass_id, task.stats) if level >= 3 else None\n"
+                "            if nlog is not None:\n"
+                "                nlog.begin(grad)",
+                "nlog = None",
+            ),
+            ("if node.capture is not None:", "if False:"),
+            ("sent = [] if nlog is not None and nlog.level >= 4 else None", "sent = None"),
+            ("if sent is not None:\n                    sent.append(", "if False:\n                    sent.append("),
+            ("if nlog is not None:  # its outputs", "if False:  # its outputs"),
+        ],
+    ),
 ]
 
 
@@ -120,9 +131,11 @@ def main() -> None:
 
     shipped = {(m, name): getattr(m, name) for m, name, _ in BYPASS}
     # Both variants are recompiled the same way; the control (no substitutions) shows the method's own bias.
-    variants = {"with machinery": {(m, name): recompiled(m, name, []) for m, name, _ in BYPASS},
-                "bypassed": {(m, name): recompiled(m, name, subs) for m, name, subs in BYPASS},
-                "control (again)": {(m, name): recompiled(m, name, []) for m, name, _ in BYPASS}}
+    variants = {
+        "with machinery": {(m, name): recompiled(m, name, []) for m, name, _ in BYPASS},
+        "bypassed": {(m, name): recompiled(m, name, subs) for m, name, subs in BYPASS},
+        "control (again)": {(m, name): recompiled(m, name, []) for m, name, _ in BYPASS},
+    }
     users = {dispatch: [dispatch, ops], engine: [engine]}  # modules that bound the function by name
 
     def use(variant: dict) -> None:
@@ -144,9 +157,11 @@ def main() -> None:
     print(f"MLP 784-128-10, batch {args.batch}, SGD, {args.rounds} rounds x {args.steps} steps, median step time:")
     for label, us in med.items():
         print(f"  {label:16s} {us:9.1f} us")
-    print(f"guard machinery overhead with no guard open: {med['with machinery'] / med['bypassed'] - 1:+.2%} "
-          f"(goal <= +3%); control vs. with machinery (noise, same code): "
-          f"{med['control (again)'] / med['with machinery'] - 1:+.2%}")
+    print(
+        f"guard machinery overhead with no guard open: {med['with machinery'] / med['bypassed'] - 1:+.2%} "
+        f"(goal <= +3%); control vs. with machinery (noise, same code): "
+        f"{med['control (again)'] / med['with machinery'] - 1:+.2%}"
+    )
 
     for level in (4, 5):
         plain, tagged, before = [], [], records_written()
@@ -155,8 +170,10 @@ def main() -> None:
             tagged += timed(step, 20, level)
         per_step = (records_written() - before) / len(tagged)
         extra = statistics.median(tagged) - statistics.median(plain)
-        print(f"whole model tagged at level {level}: {per_step:.0f} lines per step, "
-              f"{extra / per_step * 1e6:.1f} us per logged line (rendered and written to the rank file)")
+        print(
+            f"whole model tagged at level {level}: {per_step:.0f} lines per step, "
+            f"{extra / per_step * 1e6:.1f} us per logged line (rendered and written to the rank file)"
+        )
 
 
 if __name__ == "__main__":

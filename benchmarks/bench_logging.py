@@ -45,8 +45,18 @@ def bench_stdlib(path: str, n: int) -> float:
         def format(self, r: logging.LogRecord) -> str:
             t = time.localtime(r.created)
             return "%s%02d%02d %02d:%02d:%02d.%06d %d %s:%d] [rank 0] %s" % (
-                r.levelname[0], t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, int(r.msecs * 1000),
-                threading.get_native_id(), r.filename, r.lineno, r.getMessage())
+                r.levelname[0],
+                t.tm_mon,
+                t.tm_mday,
+                t.tm_hour,
+                t.tm_min,
+                t.tm_sec,
+                int(r.msecs * 1000),
+                threading.get_native_id(),
+                r.filename,
+                r.lineno,
+                r.getMessage(),
+            )
 
     handler = logging.FileHandler(path, mode="w")
     handler.setFormatter(GlogFormatter())
@@ -68,9 +78,13 @@ def bench_structlog_minimal(path: str, n: int) -> float:
     import structlog
 
     with open(path, "w") as f:
-        log = structlog.wrap_logger(structlog.WriteLogger(f), processors=[
-            structlog.processors.TimeStamper(fmt="%m%d %H:%M:%S.%f"),
-            structlog.processors.KeyValueRenderer(key_order=["timestamp", "event"])])
+        log = structlog.wrap_logger(
+            structlog.WriteLogger(f),
+            processors=[
+                structlog.processors.TimeStamper(fmt="%m%d %H:%M:%S.%f"),
+                structlog.processors.KeyValueRenderer(key_order=["timestamp", "event"]),
+            ],
+        )
         return _timed_structured(log, n, f.flush)
 
 
@@ -105,11 +119,13 @@ def peak_memory_mb(records: int) -> tuple[float, float]:
         "for i in range(n):\n"
         "    log.info('train step', step=i, loss=0.25)\n"
         "    if i + 1 in (n // 10, n): out.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
-        "print(*out)\n")
+        "print(*out)\n"
+    )
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, DISTVLOG_LOG_DIR=d, PYTHONPATH=ROOT)
-        res = subprocess.run([sys.executable, "-c", code, str(records)], env=env, capture_output=True, text=True,
-                             check=True)
+        res = subprocess.run(
+            [sys.executable, "-c", code, str(records)], env=env, capture_output=True, text=True, check=True
+        )
     tenth, full = map(float, res.stdout.split())
     return tenth, full
 
@@ -123,9 +139,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as d:
         os.environ["DISTVLOG_LOG_DIR"] = os.path.join(d, "distvlog")
-        contenders = {"raw formatted write (ceiling)": bench_raw, "distvlog": bench_distvlog,
-                      "structlog minimal (KeyValue)": bench_structlog_minimal,
-                      "stdlib logging + FileHandler": bench_stdlib}
+        contenders = {
+            "raw formatted write (ceiling)": bench_raw,
+            "distvlog": bench_distvlog,
+            "structlog minimal (KeyValue)": bench_structlog_minimal,
+            "stdlib logging + FileHandler": bench_stdlib,
+        }
         times: dict[str, list[float]] = {k: [] for k in contenders}
         for r in range(args.rounds):
             order = list(contenders) if r % 2 == 0 else list(contenders)[::-1]  # nobody always goes first
@@ -138,15 +157,19 @@ def main() -> None:
     print(f"{args.records} records x {args.rounds} interleaved rounds, median rate:")
     for name, r in rate.items():
         print(f"  {name:32s} {r:12,.0f} rec/s  {1e6 / r:6.2f} us/rec")
-    print(f"distvlog vs stdlib logging: {paired:.2f}x faster (median of per-round ratios; goal >= 2.5x); "
-          f"ratio of medians {rate['distvlog'] / rate['stdlib logging + FileHandler']:.2f}x; "
-          f"share of the raw ceiling: {rate['distvlog'] / rate['raw formatted write (ceiling)']:.0%}")
+    print(
+        f"distvlog vs stdlib logging: {paired:.2f}x faster (median of per-round ratios; goal >= 2.5x); "
+        f"ratio of medians {rate['distvlog'] / rate['stdlib logging + FileHandler']:.2f}x; "
+        f"share of the raw ceiling: {rate['distvlog'] / rate['raw formatted write (ceiling)']:.0%}"
+    )
     plain, fields = disabled_vlog_ns()
     print(f"disabled vlog call: {plain:.0f} ns (no fields), {fields:.0f} ns (one field)   (goal <= 150 ns)")
     if args.memory_records:
         tenth, full = peak_memory_mb(args.memory_records)
-        print(f"peak RSS logging {args.memory_records:,} records: {tenth:.1f} MB after 10%, {full:.1f} MB after all "
-              f"({full / tenth:.2f}x)")
+        print(
+            f"peak RSS logging {args.memory_records:,} records: {tenth:.1f} MB after 10%, {full:.1f} MB after all "
+            f"({full / tenth:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

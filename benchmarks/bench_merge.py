@@ -35,14 +35,23 @@ _STAMP = b"I0000 00:00:00.000000"  # the digits are written per record
 START_US = 1_796_004_674_000_000
 # (template, share of records). '#' runs are filled per record: node number, pointer, pass/step, norm.
 KINDS = [
-    (_STAMP + b" TIDTD engine.py:501] [rank R] multiply###GradNode(0x7f3a########) begin run "
-     b"node=multiply###GradNode pass=##### v=4\n", 6),
-    (_STAMP + b" TIDTD nodelog.py:141] [rank R] grad_stats node=multiply###GradNode slot=x "
-     b"tensor=multiply###_out_float32_2x3@Grad shape=2x3 dtype=float32 norm=0.###### min=-1.5 max=2.25 "
-     b"mean=0.125 nan=0 inf=0 checksum=######## step=##### v=5\n", 3),
-    (_STAMP + b" TIDTD nodelog.py:96] [rank R]  node=multiply###GradNode pass=##### v=3\n"
-     b"==========================Running_AD_API_GRAD: multiply_grad==========================\n"
-     b"{ Input: [ \n( grad_out , [{\n        Name: multiply###_out_float32_2x3@Grad }]), ]} \n", 1),
+    (
+        _STAMP + b" TIDTD engine.py:501] [rank R] multiply###GradNode(0x7f3a########) begin run "
+        b"node=multiply###GradNode pass=##### v=4\n",
+        6,
+    ),
+    (
+        _STAMP + b" TIDTD nodelog.py:141] [rank R] grad_stats node=multiply###GradNode slot=x "
+        b"tensor=multiply###_out_float32_2x3@Grad shape=2x3 dtype=float32 norm=0.###### min=-1.5 max=2.25 "
+        b"mean=0.125 nan=0 inf=0 checksum=######## step=##### v=5\n",
+        3,
+    ),
+    (
+        _STAMP + b" TIDTD nodelog.py:96] [rank R]  node=multiply###GradNode pass=##### v=3\n"
+        b"==========================Running_AD_API_GRAD: multiply_grad==========================\n"
+        b"{ Input: [ \n( grad_out , [{\n        Name: multiply###_out_float32_2x3@Grad }]), ]} \n",
+        1,
+    ),
 ]
 
 
@@ -53,11 +62,14 @@ def _fill(rows: np.ndarray, template: bytes, values: np.ndarray, rank: int, tids
     tid_at = template.index(b"TIDTD")
     for k in range(5):
         rows[:, tid_at + k] = 48 + tids // 10 ** (4 - k) % 10
-    runs = [(m, m + template[m:].index(next(c for c in template[m:] if c != ord("#"))))
-            for m in range(len(template)) if template[m] == ord("#") and (m == 0 or template[m - 1] != ord("#"))]
+    runs = [
+        (m, m + template[m:].index(next(c for c in template[m:] if c != ord("#"))))
+        for m in range(len(template))
+        if template[m] == ord("#") and (m == 0 or template[m - 1] != ord("#"))
+    ]
     for start, end in runs:
         width = end - start
-        digits = values % 10 ** width
+        digits = values % 10**width
         for k in range(width):
             rows[:, start + k] = 48 + digits // 10 ** (width - 1 - k) % 10
 
@@ -72,16 +84,28 @@ def generate(path: Path, rank: int, n: int, seed: int, span_s: float = 60.0) -> 
     jitter = rng.random(n) < 0.01  # the other thread stamped first
     local[jitter] -= rng.integers(1, 200, jitter.sum())
     created = int(local[0])
-    meta = {"distvlog": 1, "format": "glog", "rank": rank, "world_size": RANKS, "host": "bench", "pid": 4000 + rank,
-            "tid": 4000 + rank, "run_id": "bench", "created": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created // 10**6))
-            + f".{created % 10**6:06d}", "created_us": created, "utc_offset_s": 0,
-            "clock_start": f"{offset0:.1f} 3.0 {int(local[0])}".ljust(64),
-            "clock_end": f"{offset1:.1f} 3.0 {int(local[-1])}".ljust(64)}
-    header = (f"Log file created at: {time.strftime('%Y/%m/%d %H:%M:%S', time.gmtime(created // 10**6))}\n"
-              "Running on machine: bench\nLog line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"
-              f"I{time.strftime('%m%d %H:%M:%S', time.gmtime(created // 10**6))}.{created % 10**6:06d} {4000 + rank} "
-              f"distvlog:0] [rank {rank}] "
-              f"distvlog-meta {json.dumps(meta, separators=(',', ':'))}\n").encode()
+    meta = {
+        "distvlog": 1,
+        "format": "glog",
+        "rank": rank,
+        "world_size": RANKS,
+        "host": "bench",
+        "pid": 4000 + rank,
+        "tid": 4000 + rank,
+        "run_id": "bench",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created // 10**6)) + f".{created % 10**6:06d}",
+        "created_us": created,
+        "utc_offset_s": 0,
+        "clock_start": f"{offset0:.1f} 3.0 {int(local[0])}".ljust(64),
+        "clock_end": f"{offset1:.1f} 3.0 {int(local[-1])}".ljust(64),
+    }
+    header = (
+        f"Log file created at: {time.strftime('%Y/%m/%d %H:%M:%S', time.gmtime(created // 10**6))}\n"
+        "Running on machine: bench\nLog line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"
+        f"I{time.strftime('%m%d %H:%M:%S', time.gmtime(created // 10**6))}.{created % 10**6:06d} {4000 + rank} "
+        f"distvlog:0] [rank {rank}] "
+        f"distvlog-meta {json.dumps(meta, separators=(',', ':'))}\n"
+    ).encode()
     kinds = np.repeat(np.arange(len(KINDS)), [share for _, share in KINDS])[np.arange(n) % 10]
     lengths = np.array([len(t) for t, _ in KINDS])[kinds]
     with open(path, "wb") as f:
@@ -100,7 +124,7 @@ def generate(path: Path, rank: int, n: int, seed: int, span_s: float = 60.0) -> 
                 rows[i % 100 == 0, 0] = ord("W")
                 view = as_strided(out, shape=(len(out) - len(template), len(template)), strides=(1, 1))
                 view[offsets[sel]] = rows
-            f.write(out[:int(length.sum())].tobytes())
+            f.write(out[: int(length.sum())].tobytes())
     return path.stat().st_size
 
 
@@ -140,8 +164,9 @@ def timed(cmd: list[str], out: Path) -> float:
 def peak_rss(cmd: list[str]) -> int:
     """Max RSS (KiB) of one run, measured by GNU time in its own process tree."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        ["/usr/bin/time", "-f", "%M"] + cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     if proc.returncode:
         raise SystemExit(f"failed: {proc.stderr[-2000:]}")
     return int(proc.stderr.strip().splitlines()[-1])
@@ -183,13 +208,17 @@ def main() -> None:
         median = {name: statistics.median(t) for name, t in times.items()}
         base = median["sort -m"]
         for name, t in median.items():
-            print(f"{name:16s} {t:7.2f} s   {t / base:5.2f}x sort -m   (rounds: {', '.join(f'{x:.2f}' for x in times[name])})")
+            print(
+                f"{name:16s} {t:7.2f} s   {t / base:5.2f}x sort -m   (rounds: {', '.join(f'{x:.2f}' for x in times[name])})"
+            )
         if args.lnav_records:
             t = lnav_seconds(tmp, args.lnav_records)
             if t is not None:
                 scaled = t * args.records / args.lnav_records
-                print(f"{'lnav headless':16s} {scaled:7.2f} s   {scaled / base:5.2f}x sort -m   "
-                      f"(measured {t:.2f} s on {args.lnav_records:,} records per rank, scaled linearly)")
+                print(
+                    f"{'lnav headless':16s} {scaled:7.2f} s   {scaled / base:5.2f}x sort -m   "
+                    f"(measured {t:.2f} s on {args.lnav_records:,} records per rank, scaled linearly)"
+                )
         if not args.no_memory:
             memory(tmp)
     finally:
@@ -204,12 +233,16 @@ def memory(tmp: Path) -> None:
         n = mb * 1_000_000 // 175  # ~175 bytes per record
         for r, f in enumerate(files):
             generate(f, r, n, seed=r, span_s=60.0 * mb / 100)
-        result[mb] = peak_rss([sys.executable, "-m", "distvlog", "merge"] + [str(f) for f in files] + ["-o", os.devnull])
+        result[mb] = peak_rss(
+            [sys.executable, "-m", "distvlog", "merge"] + [str(f) for f in files] + ["-o", os.devnull]
+        )
         for f in files:
             f.unlink()
     growth = result[400] / result[100] - 1
-    print(f"peak memory: 4 x 100 MB -> {result[100] / 1024:.0f} MiB, 4 x 400 MB -> {result[400] / 1024:.0f} MiB "
-          f"({growth:+.1%})")
+    print(
+        f"peak memory: 4 x 100 MB -> {result[100] / 1024:.0f} MiB, 4 x 400 MB -> {result[400] / 1024:.0f} MiB "
+        f"({growth:+.1%})"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,21 @@ from .dist import DataParallel, finalize, get_rank, get_world_size, init
 from .logger import capture_stdlib, configure, flush, get_logger, set_vlog_level, vlog_guard
 
 __version__ = "0.1.0"
-__all__ = [*_autograd_all, "DataParallel", "capture_stdlib", "configure", "finalize", "flush", "get_logger",
-           "get_rank", "get_world_size", "init", "nn", "optim", "optimizer", "set_vlog_level", "vlog_guard"]
+__all__ = [
+    *_autograd_all,
+    "DataParallel",
+    "capture_stdlib",
+    "configure",
+    "finalize",
+    "flush",
+    "get_logger",
+    "get_rank",
+    "get_world_size",
+    "init",
+    "nn",
+    "optim",
+    "optimizer",
+    "set_vlog_level",
+    "vlog_guard",
+]
 optimizer = optim  # paddle.optimizer

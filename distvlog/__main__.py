@@ -1,1 +1,3 @@
-from distvlog.cli import command; raise SystemExit(command())
+from distvlog.cli import command
+
+raise SystemExit(command())

@@ -35,16 +35,20 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
     p.add_argument("--lr", type=float, help="learning rate (default: 0.01 for adam, 0.1 for sgd)")
     p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--guard-level", type=int, default=5, help="backward_vlog_guard level of the middle layer "
-                                                                "(0: no guard)")
+    p.add_argument(
+        "--guard-level", type=int, default=5, help="backward_vlog_guard level of the middle layer (0: no guard)"
+    )
     p.add_argument("--inject-nan-rank", type=int, help="rank whose backward produces NaN ...")
     p.add_argument("--inject-nan-step", type=int, help="... at this step (default: 3)")
     p.add_argument("--bucket-mb", type=float, default=0.02, help="allreduce bucket size (MB)")
     p.add_argument("--overlap", action="store_true", help="start allreduces during backward")
     p.add_argument("--debug", action="store_true", help="DataParallel debug checks (also DISTVLOG_DP_DEBUG=1)")
     p.add_argument("--dist-v", type=int, default=1, help="verbosity of DataParallel's own records")
-    p.add_argument("--gather", action="store_true",
-                   help="at the end, copy every rank's log into rank 0's run directory (node-local log dirs)")
+    p.add_argument(
+        "--gather",
+        action="store_true",
+        help="at the end, copy every rank's log into rank 0's run directory (node-local log dirs)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     _check(p, args)
@@ -54,8 +58,15 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse what would be ignored silently or fail deep inside, as argparse refuses (usage, the reason,
     status 2). The default --inject-nan-step is set here: given without --inject-nan-rank, it would do nothing."""
-    for name, least in (("steps", 1), ("batch_size", 1), ("hidden", 1), ("guard_level", 0), ("dist_v", 0),
-                        ("inject_nan_rank", 0), ("inject_nan_step", 0)):
+    for name, least in (
+        ("steps", 1),
+        ("batch_size", 1),
+        ("hidden", 1),
+        ("guard_level", 0),
+        ("dist_v", 0),
+        ("inject_nan_rank", 0),
+        ("inject_nan_step", 0),
+    ):
         value = getattr(args, name)
         if value is not None and value < least:
             p.error(f"{_flag(name)} {value}: must be at least {least}")
@@ -86,8 +97,12 @@ def check_against_world(p: argparse.ArgumentParser, args: argparse.Namespace, ra
         return
     if rank == 0:
         p.print_usage(sys.stderr)
-        print(f"{p.prog}: error: --inject-nan-rank {args.inject_nan_rank}: beyond the last rank, {world - 1} "
-              f"({world} ranks)", file=sys.stderr, flush=True)
+        print(
+            f"{p.prog}: error: --inject-nan-rank {args.inject_nan_rank}: beyond the last rank, {world - 1} "
+            f"({world} ranks)",
+            file=sys.stderr,
+            flush=True,
+        )
     MPI.COMM_WORLD.Barrier()
     sys.exit(2)
 
@@ -139,18 +154,26 @@ def main() -> None:
 
     features, labels, data_name = load_data(args.seed)
     order = np.random.default_rng(args.seed).permutation(len(labels))
-    test, train = order[:len(order) // 5], order[len(order) // 5:]
+    test, train = order[: len(order) // 5], order[len(order) // 5 :]
     shard = train[rank::world]  # this rank's share of the training set
 
     dv.seed(args.seed)
-    model = dv.DataParallel(MLP(args.hidden, args.guard_level), comm_buffer_size=args.bucket_mb,
-                            overlap=args.overlap, debug=args.debug or None)
+    model = dv.DataParallel(
+        MLP(args.hidden, args.guard_level),
+        comm_buffer_size=args.bucket_mb,
+        overlap=args.overlap,
+        debug=args.debug or None,
+    )
     lr = args.lr or (0.01 if args.optimizer == "adam" else 0.1)
-    optimizer = (dv.optim.Adam if args.optimizer == "adam" else dv.optim.SGD)(learning_rate=lr,
-                                                                             parameters=model.parameters())
+    optimizer = (dv.optim.Adam if args.optimizer == "adam" else dv.optim.SGD)(
+        learning_rate=lr, parameters=model.parameters()
+    )
     if rank == 0:
-        print(f"training on {data_name}: {len(train)} examples in {world} shards, {len(test)} for testing; "
-              f"{args.optimizer} lr={lr}, {len(model.buckets)} allreduce buckets", flush=True)
+        print(
+            f"training on {data_name}: {len(train)} examples in {world} shards, {len(test)} for testing; "
+            f"{args.optimizer} lr={lr}, {len(model.buckets)} allreduce buckets",
+            flush=True,
+        )
     rng = np.random.default_rng(args.seed + 1 + rank)
     for step in range(args.steps):
         started = time.perf_counter()
@@ -167,8 +190,7 @@ def main() -> None:
         mean_loss = MPI.COMM_WORLD.allreduce(float(loss.item()), op=MPI.SUM) / world
         log.info("train step", loss=float(loss.item()), mean_loss=mean_loss)
         if rank == 0:
-            print(f"step {step:3d}  loss {mean_loss:.4f}  ({(time.perf_counter() - started) * 1e3:.0f} ms)",
-                  flush=True)
+            print(f"step {step:3d}  loss {mean_loss:.4f}  ({(time.perf_counter() - started) * 1e3:.0f} ms)", flush=True)
 
     digest = model.check_parameters()
     with dv.no_grad():

@@ -49,15 +49,22 @@ def _promote(op: OpDef, args: tuple) -> tuple:
             break
     else:
         return args
-    args = tuple(Tensor(a) if isinstance(a, np.ndarray) and a.ndim else a.item() if isinstance(a, (np.generic, np.ndarray))
-                 else a for a in args)
+    args = tuple(
+        Tensor(a)
+        if isinstance(a, np.ndarray) and a.ndim
+        else a.item()
+        if isinstance(a, (np.generic, np.ndarray))
+        else a
+        for a in args
+    )
     dtypes = {a._data.dtype for a in args if isinstance(a, Tensor)}
     if len(dtypes) < 2:
         return args
     if any(d.kind != "f" for d in dtypes):
         names = " and ".join(sorted(d.name for d in dtypes))
-        raise TypeError(f"{op.name}: cannot combine {names}; only floating types are promoted automatically, "
-                        f"cast with .astype()")
+        raise TypeError(
+            f"{op.name}: cannot combine {names}; only floating types are promoted automatically, cast with .astype()"
+        )
     site = _user_site(False)
     _log.warning(PROMOTION_WARNING, file=site.filename, line=site.lineno)
     target = np.result_type(*dtypes)
@@ -66,8 +73,7 @@ def _promote(op: OpDef, args: tuple) -> tuple:
     return tuple(cast(a, target) if isinstance(a, Tensor) and a._data.dtype != target else a for a in args)
 
 
-def _saved(op: OpDef, args: tuple, arrays: list, out: np.ndarray, aux: dict | None,
-           edges: list) -> tuple[tuple, tuple]:
+def _saved(op: OpDef, args: tuple, arrays: list, out: np.ndarray, aux: dict | None, edges: list) -> tuple[tuple, tuple]:
     """What the op's backward receives after the gradient, fetched by its save plan; and the versions of the
     parameters among the saved inputs (what optimizers change in place)."""
     saved, versions = [], []
@@ -114,8 +120,18 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     else:
         capture = state.capture
         saved, versions = _saved(op, args, arrays, out, aux, edges)
-        node = GradNode(op, next_seq(op.name), tuple(edges), saved, attrs, out, state.vlog_tag, capture,
-                        _user_site(capture is not None), versions)
+        node = GradNode(
+            op,
+            next_seq(op.name),
+            tuple(edges),
+            saved,
+            attrs,
+            out,
+            state.vlog_tag,
+            capture,
+            _user_site(capture is not None),
+            versions,
+        )
         if capture is not None:
             capture.add(node)
         tensor = Tensor(out, False, node)
@@ -125,8 +141,14 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
 
 
 def _log_forward(op: OpDef, args: tuple, out: Tensor) -> None:
-    inputs = ", ".join(f"{slot}: {a.name} {a.dtype} {list(a._data.shape)}" if isinstance(a, Tensor) else f"{slot}: {a!r}"
-                       for slot, a in zip(op.inputs, args))
+    inputs = ", ".join(
+        f"{slot}: {a.name} {a.dtype} {list(a._data.shape)}" if isinstance(a, Tensor) else f"{slot}: {a!r}"
+        for slot, a in zip(op.inputs, args)
+    )
     site = _user_site(False)  # the record points at the user's forward line, not at this module
-    _log.vlog(3, f"Running_AD_API: {op.name} {{ Input: [{inputs}], Output: [out: {out.name}] }}",
-              file=site.filename, line=site.lineno)
+    _log.vlog(
+        3,
+        f"Running_AD_API: {op.name} {{ Input: [{inputs}], Output: [out: {out.name}] }}",
+        file=site.filename,
+        line=site.lineno,
+    )

@@ -39,11 +39,27 @@ class BackwardError(RuntimeError):
 class GraphTask:
     """The state of one backward pass."""
 
-    __slots__ = ("dependencies", "stops", "holders", "retain_graph", "accumulate", "captured", "level", "pass_id",
-                 "nodes_run", "captures", "callbacks", "stats")
+    __slots__ = (
+        "dependencies",
+        "stops",
+        "holders",
+        "retain_graph",
+        "accumulate",
+        "captured",
+        "level",
+        "pass_id",
+        "nodes_run",
+        "captures",
+        "callbacks",
+        "stats",
+    )
 
-    def __init__(self, roots: dict[GradNode, np.ndarray], retain_graph: bool,
-                 captured: dict[GradNode, np.ndarray | None] | None = None) -> None:
+    def __init__(
+        self,
+        roots: dict[GradNode, np.ndarray],
+        retain_graph: bool,
+        captured: dict[GradNode, np.ndarray | None] | None = None,
+    ) -> None:
         self.holders = dict(roots)
         self.retain_graph = retain_graph
         self.accumulate = captured is None  # grad() leaves `.grad` alone
@@ -74,8 +90,11 @@ def _graph(roots: list[GradNode], targets: set[GradNode] | None) -> tuple[dict[G
         if node in stops:
             continue
         if node.saved is None:
-            raise BackwardError(node, "its saved tensors were released by an earlier backward; pass "
-                                      "retain_graph=True to that backward to run through the graph again")
+            raise BackwardError(
+                node,
+                "its saved tensors were released by an earlier backward; pass "
+                "retain_graph=True to that backward to run through the graph again",
+            )
         changed = node.versions and node.changed_input()
         if changed:
             raise BackwardError(node, changed)
@@ -157,8 +176,11 @@ def _validate(node: GradNode, outputs: tuple) -> tuple:
         if grad.shape != shape:
             reduced = _sum_to(grad, shape)
             if reduced is None:
-                raise BackwardError(node, f"gradient for input {node.op.inputs[slot]} has shape {list(grad.shape)}, "
-                                          f"which does not reduce to the input's shape {list(shape)}")
+                raise BackwardError(
+                    node,
+                    f"gradient for input {node.op.inputs[slot]} has shape {list(grad.shape)}, "
+                    f"which does not reduce to the input's shape {list(shape)}",
+                )
             grad = reduced
         if grad.dtype != dtype:
             grad = grad.astype(dtype)
@@ -173,13 +195,17 @@ def _run_hooks(node: GradNode, grad: np.ndarray) -> np.ndarray:
         try:
             result = hook(Tensor(grad))
         except Exception as exc:
-            raise BackwardError(node, f"hook {getattr(hook, '__name__', hook)!s} failed: "
-                                      f"{type(exc).__name__}: {exc}") from exc
+            raise BackwardError(
+                node, f"hook {getattr(hook, '__name__', hook)!s} failed: {type(exc).__name__}: {exc}"
+            ) from exc
         if result is not None:  # a copy in the node's dtype: the hook's array stays the hook's
             grad = np.array(result._data if isinstance(result, Tensor) else result, dtype=node.out_dtype)
             if grad.shape != node.out_shape:
-                raise BackwardError(node, f"hook {getattr(hook, '__name__', hook)!s} returned shape "
-                                          f"{list(grad.shape)}, expected {list(node.out_shape)}")
+                raise BackwardError(
+                    node,
+                    f"hook {getattr(hook, '__name__', hook)!s} returned shape "
+                    f"{list(grad.shape)}, expected {list(node.out_shape)}",
+                )
     return grad
 
 
@@ -231,7 +257,7 @@ def _execute(task: GraphTask) -> None:
         with np.errstate(all="ignore"):  # NaN and Inf in gradients are reported by grad_stats and `diff`
             _run_graph(task)
         if task.callbacks:  # the pass's records reach the file first: a wait for other ranks there may never
-            flush()         # return, and a launcher kills the ranks left waiting for a dead one with SIGKILL
+            flush()  # return, and a launcher kills the ranks left waiting for a dead one with SIGKILL
         for callback in task.callbacks:
             callback()
     finally:
@@ -297,14 +323,18 @@ def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None]
     roots: dict[GradNode, np.ndarray] = {}
     for i, t in enumerate(tensors):
         if t.stop_gradient:
-            raise RuntimeError(f"backward: tensor {t.name} has stop_gradient=True: it depends on no tensor with "
-                               "stop_gradient=False (set that on the leaves you want gradients for)")
+            raise RuntimeError(
+                f"backward: tensor {t.name} has stop_gradient=True: it depends on no tensor with "
+                "stop_gradient=False (set that on the leaves you want gradients for)"
+            )
         given = grad_tensors[i] if grad_tensors is not None else None
         if given is None:
             g = np.empty_like(t._data)
             g.fill(1)  # two C calls: np.ones_like is a Python wrapper costing more than a scalar loss's backward step
         else:
-            g = np.array(given._data if isinstance(given, Tensor) else given, dtype=t.dtype)  # a copy: yours stays yours
+            g = np.array(
+                given._data if isinstance(given, Tensor) else given, dtype=t.dtype
+            )  # a copy: yours stays yours
             if g.shape != t._data.shape:
                 raise ValueError(f"backward: grad_tensor for {t.name} has shape {list(g.shape)}, expected {t.shape}")
         node = t._grad_node()
@@ -312,15 +342,20 @@ def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None]
     return roots
 
 
-def backward(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None] | None = None,
-             retain_graph: bool = False) -> None:
+def backward(
+    tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None] | None = None, retain_graph: bool = False
+) -> None:
     """Accumulate d(tensors)/d(leaf) into every reachable leaf's `.grad`."""
     _execute(GraphTask(_root_grads(tensors, grad_tensors), retain_graph))
 
 
-def grad(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor],
-         grad_outputs: Tensor | Sequence[Tensor | None] | None = None, retain_graph: bool | None = None,
-         allow_unused: bool = False) -> list[Tensor | None]:
+def grad(
+    outputs: Tensor | Sequence[Tensor],
+    inputs: Tensor | Sequence[Tensor],
+    grad_outputs: Tensor | Sequence[Tensor | None] | None = None,
+    retain_graph: bool | None = None,
+    allow_unused: bool = False,
+) -> list[Tensor | None]:
     """The gradients of `outputs` with respect to `inputs`, without touching any `.grad`."""
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
@@ -335,7 +370,9 @@ def grad(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor],
     if not allow_unused:  # before anything runs: the graph stays whole for a retry with allow_unused=True
         for i, node in enumerate(targets):
             if node not in task.dependencies:
-                raise RuntimeError(f"grad: input {i} ({inputs[i].name}) is not reachable from the outputs; "
-                                   "pass allow_unused=True to get None for it")
+                raise RuntimeError(
+                    f"grad: input {i} ({inputs[i].name}) is not reachable from the outputs; "
+                    "pass allow_unused=True to get None for it"
+                )
     _execute(task)
     return [None if g is None else Tensor(_writable(g)) for g in map(task.captured.get, targets)]

@@ -39,15 +39,13 @@ def _render_svg(dot: Path) -> None:
     there to read), and a partial .svg is removed."""
     svg = dot.with_suffix(".svg")
     try:
-        done = subprocess.run(["dot", "-Tsvg", str(dot), "-o", str(svg)], capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(["dot", "-Tsvg", str(dot), "-o", str(svg)], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         problem = str(exc)
     else:
         if done.returncode == 0:
             return
-        problem = next((line for line in done.stderr.splitlines() if line.strip()),
-                       f"exit status {done.returncode}")
+        problem = next((line for line in done.stderr.splitlines() if line.strip()), f"exit status {done.returncode}")
     svg.unlink(missing_ok=True)
     _log.warning(f"could not render {dot} as SVG: dot -Tsvg failed: {problem.strip()}")
 
@@ -83,11 +81,15 @@ class Capture:
         self.done = True
         shown = self._shown(graph)
         now = time.time()  # microseconds and a counter: two captures never share, nor overwrite, a name
-        stamp = (time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
-                 f"-{next(_dumps)}-rank{IDENTITY.rank}")
-        written = [self._write(f"{stamp}_backward_graph.dot", self._dot(shown, reverse=False)),
-                   self._write(f"{stamp}_ref_forward_graph.dot", self._dot(shown, reverse=True)),
-                   self._write(f"{stamp}_call_stack.log", self._call_stacks())]
+        stamp = (
+            time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
+            f"-{next(_dumps)}-rank{IDENTITY.rank}"
+        )
+        written = [
+            self._write(f"{stamp}_backward_graph.dot", self._dot(shown, reverse=False)),
+            self._write(f"{stamp}_ref_forward_graph.dot", self._dot(shown, reverse=True)),
+            self._write(f"{stamp}_call_stack.log", self._call_stacks()),
+        ]
         if self.dump_grads:
             written.append(self._write(f"{stamp}_grad_tensors.log", self._grad_tensors()))
         if shutil.which("dot"):
@@ -121,8 +123,11 @@ class Capture:
         return shown
 
     def _dot(self, shown: dict[int, GradNode], reverse: bool) -> str:
-        lines = [f"digraph {'ref_forward_graph' if reverse else 'backward_graph'} {{", "  rankdir=TB;",
-                 '  node [shape=box, style="rounded,filled", fontname="Helvetica"];']
+        lines = [
+            f"digraph {'ref_forward_graph' if reverse else 'backward_graph'} {{",
+            "  rankdir=TB;",
+            '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
+        ]
         for nid, node in shown.items():
             label = _label(node.name, f"0x{nid:x}")
             lines.append(f'  n{nid:x} [label={label}, fillcolor="{_COLOURS[self._kind(node)]}"];')

@@ -78,12 +78,35 @@ class Site:
 class GradNode:
     """The backward half of one forward op call."""
 
-    __slots__ = ("op", "seq", "edges", "saved", "versions", "attrs", "out_shape", "out_dtype", "vlog_level",
-                 "capture", "site", "hooks", "__weakref__")
+    __slots__ = (
+        "op",
+        "seq",
+        "edges",
+        "saved",
+        "versions",
+        "attrs",
+        "out_shape",
+        "out_dtype",
+        "vlog_level",
+        "capture",
+        "site",
+        "hooks",
+        "__weakref__",
+    )
 
-    def __init__(self, op: OpDef, seq: int, edges: tuple[GradNode | None, ...], saved: tuple,
-                 attrs: dict[str, Any], out: np.ndarray, vlog_level: int | None, capture: Capture | None,
-                 site: Site | None, versions: tuple[tuple[Tensor, int], ...] = ()) -> None:
+    def __init__(
+        self,
+        op: OpDef,
+        seq: int,
+        edges: tuple[GradNode | None, ...],
+        saved: tuple,
+        attrs: dict[str, Any],
+        out: np.ndarray,
+        vlog_level: int | None,
+        capture: Capture | None,
+        site: Site | None,
+        versions: tuple[tuple[Tensor, int], ...] = (),
+    ) -> None:
         self.op = op
         self.seq = seq
         self.edges = edges  # per input slot: the node its gradient flows to, or None
@@ -107,8 +130,10 @@ class GradNode:
         from its new values, silently. (PyTorch's version counter; writes through `.numpy()` go unseen.)"""
         for tensor, version in self.versions:
             if tensor._version != version:
-                return (f"its input {tensor.name} was changed in place after the forward used it (an optimizer "
-                        f"step?): version {tensor._version}, saved at {version}; run the forward again first")
+                return (
+                    f"its input {tensor.name} was changed in place after the forward used it (an optimizer "
+                    f"step?): version {tensor._version}, saved at {version}; run the forward again first"
+                )
         return None
 
     @property

@@ -41,7 +41,7 @@ def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
     wide = dtype.kind == "f" and dtype.itemsize >= 4  # BLAS's; float16 and ints in float64 (no overflow)
     flat = a.reshape(-1) if wide else a.reshape(-1).astype(np.float64)
     norm = math.sqrt(float(flat.dot(flat))) if flat.size else 0.0  # (float32 sums in float32: ~1e-4 off
-    n_nan = n_inf = 0                                                    # at 10M elements)
+    n_nan = n_inf = 0  # at 10M elements)
     if not math.isfinite(norm):  # a NaN or Inf, or squares beyond the dtype's range
         finite = np.isfinite(flat)
         n_nan = int(np.count_nonzero(np.isnan(flat)))
@@ -50,8 +50,7 @@ def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
         largest = float(np.max(np.abs(flat))) if flat.size else 0.0
         scaled = flat / largest if largest else flat
         norm = largest * math.sqrt(float(scaled.dot(scaled))) if largest else 0.0
-    stats = {"shape": shape_text(a.shape), "dtype": dtype_name(dtype), "norm": norm,
-             "nan": n_nan, "inf": n_inf}
+    stats = {"shape": shape_text(a.shape), "dtype": dtype_name(dtype), "norm": norm, "nan": n_nan, "inf": n_inf}
     if detail:
         empty = flat.size == 0
         stats["min"] = math.nan if empty else float(np.minimum.reduce(flat))
@@ -101,11 +100,15 @@ class NodeLog:
         # Paddle's Tensor_Impl_Ptr is the object holding the memory: ours is the array that owns the buffer
         # (views of one buffer print the same), not its data address (`__array_interface__` costs ~20x more)
         base = getattr(a, "base", None)
-        text = (f"[{{\n        Name: {name},\n        Initialized: 1,\n        Tensor_Ptr:0x{id(a):x},\n"
-                f"        Tensor_Impl_Ptr: 0x{id(a if base is None else base):x}")
+        text = (
+            f"[{{\n        Name: {name},\n        Initialized: 1,\n        Tensor_Ptr:0x{id(a):x},\n"
+            f"        Tensor_Impl_Ptr: 0x{id(a if base is None else base):x}"
+        )
         if level >= 5:
-            text += (f",\n        TensorInfo: {{ Type: DenseTensor, Dtype: {dtype_name(a.dtype)}, Place: CPU, "
-                     f"Shape: {shape_list(a.shape)} }}")
+            text += (
+                f",\n        TensorInfo: {{ Type: DenseTensor, Dtype: {dtype_name(a.dtype)}, Place: CPU, "
+                f"Shape: {shape_list(a.shape)} }}"
+            )
         if level >= 6:
             text += f",\n        ADInfo: {{ {'None' if grad_node is None else f'GradNode: {grad_node!r}'} }}"
         if level >= 11:
@@ -134,13 +137,17 @@ class NodeLog:
             if level >= 5:
                 edges = len(node.edges) - node.edges.count(None)
                 records.append((5, f"{self.label} has {edges} out edges to run", None))
-            records += [(3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}", None),
-                        (3, f"{{ Input: {self._inputs(grad)}}} ", None)]
+            records += [
+                (3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}", None),
+                (3, f"{{ Input: {self._inputs(grad)}}} ", None),
+            ]
             if not isinstance(node, AccumulationNode):
                 records.append((3, f"{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}", None))
                 if level >= 4:
-                    records += [(4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]", None),
-                                (4, self._kernel(grad), None)]
+                    records += [
+                        (4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]", None),
+                        (4, self._kernel(grad), None),
+                    ]
                 if level >= 7:
                     records.append((7, "Run Backward Kernel", None))
             self.log.lines(records)
@@ -149,22 +156,28 @@ class NodeLog:
         node, api = self.node, self.api
         ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
         outs = [meta for meta in node.in_meta if meta is not None]
-        sig = ",\n".join([f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {shape_list(a.shape)}"
-                          for a in ins])
-        osig = ",\n".join([f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {shape_list(s)}"
-                           for s, d in outs])
+        sig = ",\n".join(
+            [f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {shape_list(a.shape)}" for a in ins]
+        )
+        osig = ",\n".join(
+            [f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {shape_list(s)}" for s, d in outs]
+        )
         attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
         return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 
-    def finish(self, grad: np.ndarray, outputs: tuple, sent: list[tuple[GradNode, np.ndarray, bool, int]] | None
-               ) -> None:
+    def finish(
+        self, grad: np.ndarray, outputs: tuple, sent: list[tuple[GradNode, np.ndarray, bool, int]] | None
+    ) -> None:
         """The node's outputs, then per out-edge that received a gradient (`sent`, at level 4 and up): the
         next node, the gradient, whether it was summed into one already held there, the next node's
         in-degree left."""
         with SINK.signals_held:  # (a signal meanwhile waits for these lines)
             node, api, level = self.node, self.api, self.level
-            grads = [(i, f"grad_{slot}", node.input_name(i) + "@Grad", g)
-                     for i, (slot, g) in enumerate(zip(node.op.inputs, outputs)) if g is not None]
+            grads = [
+                (i, f"grad_{slot}", node.input_name(i) + "@Grad", g)
+                for i, (slot, g) in enumerate(zip(node.op.inputs, outputs))
+                if g is not None
+            ]
             outs = [f" ( {slot} , {self._tensor(name, g, node.edges[i])})" for i, slot, name, g in grads]
             records: list[tuple[int, str, dict[str, Any] | None]] = []
             if not isinstance(node, AccumulationNode):
@@ -173,17 +186,30 @@ class NodeLog:
             records.append((3, dump, None))
             if level >= 5:
                 site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
-                records.append((5, "grad_stats", {"slot": "grad_out", "tensor": node.out_name + "@Grad", **site,
-                                                  **self.stats(grad)}))
-                records += [(5, "grad_stats", {"slot": slot, "tensor": name, **site, **self.stats(g)})
-                            for _, slot, name, g in grads]
+                records.append(
+                    (
+                        5,
+                        "grad_stats",
+                        {"slot": "grad_out", "tensor": node.out_name + "@Grad", **site, **self.stats(grad)},
+                    )
+                )
+                records += [
+                    (5, "grad_stats", {"slot": slot, "tensor": name, **site, **self.stats(g)})
+                    for _, slot, name, g in grads
+                ]
                 if all(g is not grad for *_, g in grads):
                     del self._stats[id(grad)]  # arrived, not passed on: the pass need not hold this gradient any more
             records.append((3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}", None))
             for nxt, g, summed, in_degree in sent or ():
                 if level >= 6:
-                    records += [(6, f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(g.dtype)}, "
-                                    f"dims={shape_list(g.shape)}", None),
-                                (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None)]
+                    records += [
+                        (
+                            6,
+                            f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(g.dtype)}, "
+                            f"dims={shape_list(g.shape)}",
+                            None,
+                        ),
+                        (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None),
+                    ]
                 records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
             self.log.lines(records)

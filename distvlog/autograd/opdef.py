@@ -51,8 +51,25 @@ class OpDef:
         return f"{self.name}_grad"
 
 
-def op(name: str, inputs: str, forward: Callable[..., Any], backward: Callable[..., tuple], *,
-       saves: str = "", aux: str = "", promote: bool = False, differentiable: tuple[bool, ...] = ()) -> OpDef:
+def op(
+    name: str,
+    inputs: str,
+    forward: Callable[..., Any],
+    backward: Callable[..., tuple],
+    *,
+    saves: str = "",
+    aux: str = "",
+    promote: bool = False,
+    differentiable: tuple[bool, ...] = (),
+) -> OpDef:
     """Define an op: `op("multiply", "x y", np.multiply, lambda g, x, y: (g * y, g * x), saves="x y")`."""
-    return OpDef(name, tuple(inputs.split()), forward, backward, tuple(saves.split()), tuple(aux.split()),
-                 promote, differentiable)
+    return OpDef(
+        name,
+        tuple(inputs.split()),
+        forward,
+        backward,
+        tuple(saves.split()),
+        tuple(aux.split()),
+        promote,
+        differentiable,
+    )

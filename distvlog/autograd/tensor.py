@@ -26,12 +26,12 @@ class Tensor:
     """A tensor as in Paddle's eager mode: `stop_gradient` is True unless you say otherwise, and only a
     floating-point tensor may say otherwise."""
 
-    __slots__ = ("_data", "_stop_gradient", "grad", "_node", "_accum", "_name", "_vlog_tag", "_version",
-                 "__weakref__")
+    __slots__ = ("_data", "_stop_gradient", "grad", "_node", "_accum", "_name", "_vlog_tag", "_version", "__weakref__")
     __array_priority__ = 100  # numpy defers `ndarray + Tensor` to Tensor.__radd__
 
-    def __init__(self, data: np.ndarray, stop_gradient: bool = True, node: GradNode | None = None,
-                 name: str | None = None) -> None:
+    def __init__(
+        self, data: np.ndarray, stop_gradient: bool = True, node: GradNode | None = None, name: str | None = None
+    ) -> None:
         self._data = data
         self._name = name
         if not stop_gradient:
@@ -95,8 +95,7 @@ class Tensor:
 
     def __repr__(self) -> str:
         body = np.array2string(np.asarray(self._data), separator=", ", prefix="       ")
-        return (f"Tensor(shape={self.shape}, dtype={self.dtype}, stop_gradient={self.stop_gradient},\n"
-                f"       {body})")
+        return f"Tensor(shape={self.shape}, dtype={self.dtype}, stop_gradient={self.stop_gradient},\n       {body})"
 
     # -- autograd ---------------------------------------------------------------------------------
     @property
@@ -113,8 +112,10 @@ class Tensor:
         """Only floating-point tensors take gradients (as in PyTorch): an integer `.grad` would truncate
         every gradient (x * 0.5 gives 0), silently."""
         if self._data.dtype.kind != "f":
-            raise TypeError(f"only floating-point tensors can have gradients: {self.name} is {self._data.dtype}; "
-                            f"cast it with .astype('float32') before setting stop_gradient=False")
+            raise TypeError(
+                f"only floating-point tensors can have gradients: {self.name} is {self._data.dtype}; "
+                f"cast it with .astype('float32') before setting stop_gradient=False"
+            )
 
     def _grad_node(self) -> GradNode:
         """The node a gradient for this tensor flows into: its producer, or the leaf's accumulation."""
@@ -147,8 +148,9 @@ class Tensor:
         """Call `hook(self)` each time backward() has accumulated into this leaf's `.grad` (grad() does not:
         it leaves `.grad` alone). DataParallel starts its allreduces from here."""
         if self._node is not None or self.stop_gradient:
-            raise RuntimeError(f"post-accumulate hooks are for leaf tensors with stop_gradient=False; "
-                               f"{self.name} is not one")
+            raise RuntimeError(
+                f"post-accumulate hooks are for leaf tensors with stop_gradient=False; {self.name} is not one"
+            )
         node = self._grad_node()
         if node.post_hooks is None:
             node.post_hooks = []

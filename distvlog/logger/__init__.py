@@ -30,5 +30,18 @@ def log_file_path():
     return SINK.path
 
 
-__all__ = ["IDENTITY", "Logger", "add_processor", "bind_context", "unbind_context", "capture_stdlib", "configure", "flush", "get_logger",
-           "level_for", "log_file_path", "set_vlog_level", "vlog_guard"]
+__all__ = [
+    "IDENTITY",
+    "Logger",
+    "add_processor",
+    "bind_context",
+    "unbind_context",
+    "capture_stdlib",
+    "configure",
+    "flush",
+    "get_logger",
+    "level_for",
+    "log_file_path",
+    "set_vlog_level",
+    "vlog_guard",
+]

@@ -27,8 +27,7 @@ def warn(name: str, raw: str, reason: str, used: str) -> None:
         pass  # no stderr: the default applies all the same
 
 
-def read(names: str | tuple[str, ...], parse: Callable[[str], T], default: T,
-         show: Callable[[T], str] = repr) -> T:
+def read(names: str | tuple[str, ...], parse: Callable[[str], T], default: T, show: Callable[[T], str] = repr) -> T:
     """`parse` of the first of `names` that is set and not empty, else `default`. A value `parse` rejects
     (ValueError, its message the reason) is warned about and skipped: the next name, or the default, is used."""
     names = (names,) if isinstance(names, str) else names
@@ -38,7 +37,7 @@ def read(names: str | tuple[str, ...], parse: Callable[[str], T], default: T,
             try:
                 return parse(raw)
             except ValueError as exc:
-                value = read(names[i + 1:], parse, default, show)
+                value = read(names[i + 1 :], parse, default, show)
                 warn(name, raw, str(exc), show(value))
                 return value
     return default
@@ -86,4 +85,5 @@ def one_of(choices: Collection[str]) -> Callable[[str], str]:
         if raw not in choices:
             raise ValueError(f"not one of {', '.join(sorted(choices))}")
         return raw
+
     return parse

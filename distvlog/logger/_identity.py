@@ -38,7 +38,7 @@ def rank_from_env(launchers: tuple[tuple[str, str], ...] = LAUNCHER_VARS) -> tup
                 raise ValueError(f"not below {size_var}={size}")
             return rank, size
         except ValueError as exc:
-            rank, size = rank_from_env(launchers[i + 1:])
+            rank, size = rank_from_env(launchers[i + 1 :])
             _env.warn(*bad, str(exc), f"rank {rank} of {size}")
             return rank, size
     return 0, 1

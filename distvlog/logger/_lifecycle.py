@@ -25,8 +25,9 @@ from ._sink import SINK, RankFile
 
 _PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "")  # distvlog/
 _LOGGER_DIR = os.path.join(os.path.dirname(__file__), "")  # distvlog/logger/
-_LIBRARY_DIRS = ("<frozen ",) + tuple(os.path.join(sysconfig.get_path(kind), "")
-                                      for kind in ("stdlib", "platstdlib", "purelib", "platlib"))
+_LIBRARY_DIRS = ("<frozen ",) + tuple(
+    os.path.join(sysconfig.get_path(kind), "") for kind in ("stdlib", "platstdlib", "purelib", "platlib")
+)
 FLUSH_INTERVAL_S = _env.read("DISTVLOG_FLUSH_INTERVAL", _env.seconds, 0.5)
 _timer_pid: int | None = None
 _signals_installed = False
@@ -50,6 +51,7 @@ def _chain_to(previous: Any):
         elif previous != signal.SIG_IGN:  # SIG_DFL, or a handler installed outside Python
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
     return chain
 
 
@@ -74,8 +76,9 @@ class _Handler:
             self.ending = True  # (a second signal during the hold ends it at once)
             with contextlib.suppress(Exception):  # the signal must end the process all the same
                 where, stack = _stack_of(frame)
-                _to_file("warning", f"{signal.Signals(signum).name}{IN_PYTHON}, at (most recent call last):\n"
-                                    f"{stack}", where)
+                _to_file(
+                    "warning", f"{signal.Signals(signum).name}{IN_PYTHON}, at (most recent call last):\n{stack}", where
+                )
             time.sleep(_HOLD_S)
         self.chain(signum, frame)
 
@@ -176,8 +179,12 @@ def log_interrupt(exc: KeyboardInterrupt) -> traceback.FrameSummary | None:
 
 
 def _exit_from_watcher(name: str, status: int, where: traceback.FrameSummary | None) -> None:
-    _to_file("critical", f"{name}: the main thread did not return to Python within {SIGNAL_GRACE_S:g} s (blocked "
-                         f"in C, such as an MPI call that cannot complete); exited with status {status}", where)
+    _to_file(
+        "critical",
+        f"{name}: the main thread did not return to Python within {SIGNAL_GRACE_S:g} s (blocked "
+        f"in C, such as an MPI call that cannot complete); exited with status {status}",
+        where,
+    )
     sys.stderr.write(f"distvlog: {name} while the main thread was blocked in C; exiting (see the log)\n")
     os._exit(status)
 
@@ -210,8 +217,12 @@ def _raising_line(exc: BaseException | None, tb: Any) -> traceback.FrameSummary 
         return traceback.FrameSummary(exc.filename, exc.lineno or 0, "<module>")
     frames = traceback.extract_tb(tb)
     seen: set[int] = set()
-    while exc is not None and exc.__cause__ is not None and exc.__cause__.__traceback__ is not None \
-            and id(exc) not in seen:
+    while (
+        exc is not None
+        and exc.__cause__ is not None
+        and exc.__cause__.__traceback__ is not None
+        and id(exc) not in seen
+    ):
         seen.add(id(exc))
         exc = exc.__cause__
         frames += traceback.extract_tb(exc.__traceback__)

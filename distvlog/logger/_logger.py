@@ -36,8 +36,9 @@ class _ModuleLogger:
     def __init__(self, name: str, echo: bool = True) -> None:
         self.name = name
         self.info = self.vlog = SINK.write
-        self.warning = self.error = self.critical = (SINK.write_urgent if echo else
-                                                     functools.partial(SINK.write_urgent, echo=False))
+        self.warning = self.error = self.critical = (
+            SINK.write_urgent if echo else functools.partial(SINK.write_urgent, echo=False)
+        )
 
 
 def _emitter(method: str) -> Callable[..., None]:
@@ -144,13 +145,15 @@ class LineWriter:
             else:
                 if items:
                     file, line = caller_site(sys._getframe(1))
-                    self._logger._logger.vlog(renderer.lines(now_us(), "I", thread_id(), file, line, IDENTITY.rank,
-                                                             items))
+                    self._logger._logger.vlog(
+                        renderer.lines(now_us(), "I", thread_id(), file, line, IDENTITY.rank, items)
+                    )
                 return
         for _, _, extra in records:  # (before any is written)
             if extra and not _VLOG_AT_ARGUMENTS.isdisjoint(extra):
-                raise TypeError(f"LineWriter.lines: a record's fields cannot be named "
-                                f"{sorted(_VLOG_AT_ARGUMENTS & extra.keys())}")
+                raise TypeError(
+                    f"LineWriter.lines: a record's fields cannot be named {sorted(_VLOG_AT_ARGUMENTS & extra.keys())}"
+                )
         logger = self._logger.bind(**self._context)
         for v, event, extra in records:
             if v <= level:

@@ -37,16 +37,21 @@ def logfmt_value(value: Any) -> str:
     elif kind is int or kind is float or kind is bool or value is None:
         return str(value)
     else:
-        text = str(value) if isinstance(value, (int, float, np.generic)) else (
-            dumps(value).decode())
+        text = str(value) if isinstance(value, (int, float, np.generic)) else (dumps(value).decode())
     return json.dumps(text) if not text or _needs_quotes(text) else text
 
 
 def logfmt_pairs(fields: dict[str, Any]) -> str:
     """` k=v` for each field, in order; numbers and plain strings inline (the renderer inlines this too: a
     call per record is measurable)."""
-    return "".join([f" {k}={v}" if (kind := type(v)) is int or kind is float or kind is str and v
-                    and not _needs_quotes(v) else f" {k}={logfmt_value(v)}" for k, v in fields.items()])
+    return "".join(
+        [
+            f" {k}={v}"
+            if (kind := type(v)) is int or kind is float or kind is str and v and not _needs_quotes(v)
+            else f" {k}={logfmt_value(v)}"
+            for k, v in fields.items()
+        ]
+    )
 
 
 _DIGITS3 = [f"{i:03d}" for i in range(1000)]
@@ -66,14 +71,26 @@ class GlogRenderer:
         self._sites: dict[tuple, str] = {}
 
     def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
-        pairs = "".join([f" {k}={v}" if (kind := type(v)) is int or kind is float or kind is str and v
-                         and not _needs_quotes(v) else f" {k}={logfmt_value(v)}"
-                         for k, v in ed.items() if k not in CORE_FIELDS]) if len(ed) > len(CORE_FIELDS) else ""
-        return self.lines(ed["ts"], ed["severity"], ed["tid"], ed["file"], ed["line"], ed["rank"],
-                          ((ed["event"], pairs),))
+        pairs = (
+            "".join(
+                [
+                    f" {k}={v}"
+                    if (kind := type(v)) is int or kind is float or kind is str and v and not _needs_quotes(v)
+                    else f" {k}={logfmt_value(v)}"
+                    for k, v in ed.items()
+                    if k not in CORE_FIELDS
+                ]
+            )
+            if len(ed) > len(CORE_FIELDS)
+            else ""
+        )
+        return self.lines(
+            ed["ts"], ed["severity"], ed["tid"], ed["file"], ed["line"], ed["rank"], ((ed["event"], pairs),)
+        )
 
-    def lines(self, ts: int, severity: str, tid: int, file: str, line: int, rank: int,
-              records: Iterable[tuple[Any, str]]) -> bytes:
+    def lines(
+        self, ts: int, severity: str, tid: int, file: str, line: int, rank: int, records: Iterable[tuple[Any, str]]
+    ) -> bytes:
         """Records made at one moment by one call site, each `(event, pairs)` (`pairs`: the rendered ` k=v`
         of its other fields), as one piece of bytes."""
         second, us = divmod(ts, 1_000_000)

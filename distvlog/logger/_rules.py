@@ -88,8 +88,12 @@ def parse_vmodule(text: str) -> dict[str, int]:
 
 def _rules_from_env() -> Rules:
     level = _env.read(("DISTVLOG_V", "GLOG_v"), _env.integer, 0)
-    vmodule = _env.read(("DISTVLOG_VMODULE", "GLOG_vmodule"), parse_vmodule, {},
-                        show=lambda spec: ",".join(f"{name}={lvl}" for name, lvl in spec.items()) or "none")
+    vmodule = _env.read(
+        ("DISTVLOG_VMODULE", "GLOG_vmodule"),
+        parse_vmodule,
+        {},
+        show=lambda spec: ",".join(f"{name}={lvl}" for name, lvl in spec.items()) or "none",
+    )
     return Rules(level).updated(vmodule)
 
 

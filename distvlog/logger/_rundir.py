@@ -48,8 +48,9 @@ def _parent_start() -> tuple[int, float] | None:
     try:
         fields = Path(f"/proc/{ppid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[19])
-        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                     if line.startswith("btime"))
+        btime = next(
+            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
     except (OSError, ValueError, IndexError, StopIteration):
         return None
     return ppid, btime + ticks / os.sysconf("SC_CLK_TCK")

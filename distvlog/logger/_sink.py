@@ -19,7 +19,7 @@ from ._identity import IDENTITY
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 class RankFile:
@@ -38,8 +38,9 @@ class RankFile:
         self._clock: dict[str, str] = {}  # header clock slots measured so far (kept by a forked child)
         self._deferred_signal: tuple | None = None
         self.signals_held = SignalsHeld(self)
-        os.register_at_fork(before=self._before_fork, after_in_parent=self._lock_release,
-                            after_in_child=self._after_fork_child)
+        os.register_at_fork(
+            before=self._before_fork, after_in_parent=self._lock_release, after_in_child=self._after_fork_child
+        )
 
     def _reset(self) -> None:
         self._lock = threading.RLock()  # an RLock knows its owner: see flush_for_signal
@@ -48,8 +49,9 @@ class RankFile:
         self._child = False
 
     # -- configuration (before the first record) ---------------------------------------------------
-    def configure(self, *, fmt: str | None = None, log_dir: str | os.PathLike | None = None,
-                  run_id: str | None = None) -> None:
+    def configure(
+        self, *, fmt: str | None = None, log_dir: str | os.PathLike | None = None, run_id: str | None = None
+    ) -> None:
         if self.file_open:
             raise RuntimeError(f"distvlog: the log file {self.path} is already open; configure before logging")
         if fmt is not None:
@@ -99,7 +101,7 @@ class RankFile:
         buf = self._buf
         if buf:
             data = bytes(buf)  # whole records: each was appended in one step
-            del buf[:len(data)]  # what lock-free writers appended meanwhile stays for the next flush
+            del buf[: len(data)]  # what lock-free writers appended meanwhile stays for the next flush
             _write_all(self._fd, data)
 
     def open(self) -> None:
@@ -119,16 +121,26 @@ class RankFile:
         except OSError as exc:
             self._log_to_stderr(exc.filename or root, exc.strerror or str(exc))
             return
-        meta = _render.make_meta(rank=ident.rank, world_size=ident.world_size, host=ident.host, pid=ident.pid,
-                                 tid=threading.get_native_id(), run_id=rid, fmt=self.format)
+        meta = _render.make_meta(
+            rank=ident.rank,
+            world_size=ident.world_size,
+            host=ident.host,
+            pid=ident.pid,
+            tid=threading.get_native_id(),
+            run_id=rid,
+            fmt=self.format,
+        )
         meta.update(self._clock)
         header = self.renderer.header(meta)
         _write_all(fd, header)
         self._fd, self.path, self.run_id, self.root = fd, path, rid, root
-        self._clock_offsets = {slot: header.index(f'"{slot}":"'.encode()) + len(slot) + 4
-                               for slot in _render.CLOCK_SLOTS}
+        self._clock_offsets = {
+            slot: header.index(f'"{slot}":"'.encode()) + len(slot) + 4 for slot in _render.CLOCK_SLOTS
+        }
         _rundir.point_latest(root, rid)
-        _echo(f"distvlog: rank {ident.rank} (pid {ident.pid}) logs to {path}\n".encode())  # one write: ranks' lines stay whole
+        _echo(
+            f"distvlog: rank {ident.rank} (pid {ident.pid}) logs to {path}\n".encode()
+        )  # one write: ranks' lines stay whole
         for callback in self.on_open:
             callback(self)
 

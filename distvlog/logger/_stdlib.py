@@ -16,8 +16,12 @@ class _Bridge(logging.Handler):
             message = record.getMessage()
             if record.exc_info:
                 message += "\n" + logging.Formatter().formatException(record.exc_info)
-            fields = {"file": record.filename, "line": record.lineno, "ts": int(record.created * 1e6),
-                      "logger": record.name}
+            fields = {
+                "file": record.filename,
+                "line": record.lineno,
+                "ts": int(record.created * 1e6),
+                "logger": record.name,
+            }
             log = get_logger(record.name)
             if record.levelno >= logging.CRITICAL:
                 log.critical(message, **fields)

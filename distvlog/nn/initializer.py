@@ -28,8 +28,7 @@ def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
 
 def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     """The recommended gain for an activation (Paddle's `calculate_gain`)."""
-    gains = {"sigmoid": 1.0, "linear": 1.0, "conv2d": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
-             "selu": 3.0 / 4}
+    gains = {"sigmoid": 1.0, "linear": 1.0, "conv2d": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0), "selu": 3.0 / 4}
     if nonlinearity == "leaky_relu":
         slope = 0.01 if param is None else param
         return math.sqrt(2.0 / (1 + slope * slope))

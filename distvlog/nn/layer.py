@@ -78,9 +78,14 @@ class Layer:
     def full_name(self) -> str:
         return self._full_name
 
-    def create_parameter(self, shape: list[int], attr: Callable[[Parameter], None] | None = None,
-                         dtype: Any = None, is_bias: bool = False,
-                         default_initializer: Callable[[Parameter], None] | None = None) -> Parameter:
+    def create_parameter(
+        self,
+        shape: list[int],
+        attr: Callable[[Parameter], None] | None = None,
+        dtype: Any = None,
+        is_bias: bool = False,
+        default_initializer: Callable[[Parameter], None] | None = None,
+    ) -> Parameter:
         """A new parameter named `<layer>.w_<k>` (or `.b_<k>` for a bias), filled by `attr` (an initializer,
         Paddle's signature), else `default_initializer`, else as in Paddle: XavierUniform for weights and
         zeros for biases."""
@@ -171,8 +176,10 @@ class Layer:
                 param = own[key]
                 array = np.array(value._data if isinstance(value, Tensor) else value, dtype=param.dtype)
                 if array.shape != param._data.shape:
-                    raise ValueError(f"set_state_dict: {key} ({param.name}) has shape {param.shape}, "
-                                     f"the state dict gives {list(array.shape)}")
+                    raise ValueError(
+                        f"set_state_dict: {key} ({param.name}) has shape {param.shape}, "
+                        f"the state dict gives {list(array.shape)}"
+                    )
                 updates[key] = array
         for key, array in updates.items():
             own[key]._data = array

@@ -18,17 +18,28 @@ class Linear(Layer):
     the transpose). `weight_attr` / `bias_attr` take an initializer; `bias_attr=False` drops the bias.
     Anything else (Paddle's ParamAttr) raises rather than being ignored."""
 
-    def __init__(self, in_features: int, out_features: int, weight_attr: Initializer | None = None,
-                 bias_attr: Initializer | bool | None = None, name: str | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        weight_attr: Initializer | None = None,
+        bias_attr: Initializer | bool | None = None,
+        name: str | None = None,
+    ) -> None:
         super().__init__(name)
         for arg, attr in (("weight_attr", weight_attr), ("bias_attr", bias_attr)):
             if not (attr is None or callable(attr) or (arg == "bias_attr" and isinstance(attr, bool))):
-                raise NotImplementedError(f"Linear: {arg}={attr!r} is not supported (pass an initializer from "
-                                          "distvlog.nn.initializer, or None)")
+                raise NotImplementedError(
+                    f"Linear: {arg}={attr!r} is not supported (pass an initializer from "
+                    "distvlog.nn.initializer, or None)"
+                )
         self.in_features, self.out_features = in_features, out_features
         self.weight = self.create_parameter([in_features, out_features], weight_attr)
-        self.bias = (None if bias_attr is False else
-                     self.create_parameter([out_features], None if bias_attr is True else bias_attr, is_bias=True))
+        self.bias = (
+            None
+            if bias_attr is False
+            else self.create_parameter([out_features], None if bias_attr is True else bias_attr, is_bias=True)
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -86,8 +97,13 @@ class Dropout(Layer):
     (Paddle's upscale_in_train); the identity in eval mode. Paddle's arguments in Paddle's order: `axis`
     (dropping whole slices) and mode="downscale_in_infer" are not implemented and raise."""
 
-    def __init__(self, p: float = 0.5, axis: int | list[int] | None = None, mode: str = "upscale_in_train",
-                 name: str | None = None) -> None:
+    def __init__(
+        self,
+        p: float = 0.5,
+        axis: int | list[int] | None = None,
+        mode: str = "upscale_in_train",
+        name: str | None = None,
+    ) -> None:
         super().__init__(name)
         if not 0 <= p < 1:
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")

@@ -18,10 +18,19 @@ class Adam(Optimizer):
     Paddle's arguments in Paddle's order; `lazy_mode` and `multi_precision` only at their default (False),
     `name` accepted and unused."""
 
-    def __init__(self, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
-                 epsilon: float = 1e-8, parameters: Iterable[Tensor] | None = None,
-                 weight_decay: float | None = None, grad_clip: object = None, lazy_mode: bool = False,
-                 multi_precision: bool = False, name: str | None = None) -> None:
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        parameters: Iterable[Tensor] | None = None,
+        weight_decay: float | None = None,
+        grad_clip: object = None,
+        lazy_mode: bool = False,
+        multi_precision: bool = False,
+        name: str | None = None,
+    ) -> None:
         super().__init__(learning_rate, parameters, weight_decay, grad_clip)
         refuse_unsupported("Adam", lazy_mode=lazy_mode, multi_precision=multi_precision)
         for name, beta in (("beta1", beta1), ("beta2", beta2)):
@@ -38,6 +47,6 @@ class Adam(Optimizer):
         m += (1 - b1) * grad
         v *= b2
         v += (1 - b2) * (grad * grad)
-        denom = np.sqrt(v / (1 - b2 ** t))
+        denom = np.sqrt(v / (1 - b2**t))
         denom += self._epsilon
-        param._data -= (lr / (1 - b1 ** t)) * m / denom
+        param._data -= (lr / (1 - b1**t)) * m / denom

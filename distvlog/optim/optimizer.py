@@ -19,11 +19,17 @@ class Optimizer:
     Paddle's arguments in Paddle's order; one this library does not implement raises unless it is left at
     its default (a silently ignored `grad_clip` would train a different model)."""
 
-    def __init__(self, learning_rate: float, parameters: Iterable[Tensor] | None,
-                 weight_decay: float | None = None, grad_clip: object = None) -> None:
+    def __init__(
+        self,
+        learning_rate: float,
+        parameters: Iterable[Tensor] | None,
+        weight_decay: float | None = None,
+        grad_clip: object = None,
+    ) -> None:
         if grad_clip is not None:
-            raise NotImplementedError(f"{type(self).__name__}: grad_clip is not supported (clip the gradients "
-                                      "before step())")
+            raise NotImplementedError(
+                f"{type(self).__name__}: grad_clip is not supported (clip the gradients before step())"
+            )
         if parameters is None:
             raise ValueError(f"{type(self).__name__}: pass parameters=model.parameters() (eager mode needs them)")
         self._parameter_list = list(parameters)

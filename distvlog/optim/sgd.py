@@ -17,9 +17,17 @@ class SGD(Optimizer):
     Positional arguments are Paddle's SGD's; `momentum` and `use_nesterov`, which Paddle's SGD lacks, are
     keyword-only. `name` is accepted and unused, as in Paddle's eager mode."""
 
-    def __init__(self, learning_rate: float = 0.001, parameters: Iterable[Tensor] | None = None,
-                 weight_decay: float | None = None, grad_clip: object = None, name: str | None = None, *,
-                 momentum: float = 0.0, use_nesterov: bool = False) -> None:
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        parameters: Iterable[Tensor] | None = None,
+        weight_decay: float | None = None,
+        grad_clip: object = None,
+        name: str | None = None,
+        *,
+        momentum: float = 0.0,
+        use_nesterov: bool = False,
+    ) -> None:
         super().__init__(learning_rate, parameters, weight_decay, grad_clip)
         if momentum < 0:
             raise ValueError(f"{type(self).__name__}: momentum must be >= 0, got {momentum}")
@@ -40,8 +48,15 @@ class Momentum(SGD):
     """Paddle's `paddle.optimizer.Momentum` signature up to `grad_clip` (momentum first, 0.9 by default); its
     later arguments (multi_precision, rescale_grad, ...) are not accepted."""
 
-    def __init__(self, learning_rate: float = 0.001, momentum: float = 0.9,
-                 parameters: Iterable[Tensor] | None = None, use_nesterov: bool = False,
-                 weight_decay: float | None = None, grad_clip: object = None) -> None:
-        super().__init__(learning_rate, parameters, weight_decay, grad_clip, momentum=momentum,
-                         use_nesterov=use_nesterov)
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        momentum: float = 0.9,
+        parameters: Iterable[Tensor] | None = None,
+        use_nesterov: bool = False,
+        weight_decay: float | None = None,
+        grad_clip: object = None,
+    ) -> None:
+        super().__init__(
+            learning_rate, parameters, weight_decay, grad_clip, momentum=momentum, use_nesterov=use_nesterov
+        )

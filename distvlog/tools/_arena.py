@@ -51,7 +51,7 @@ class Arena:
             buffer = np.empty(nbytes, np.uint8)
             return Slot(buffer, 0, buffer)
         base = index * self.slot_bytes
-        return Slot(self.buffer, base, self.buffer[base:base + self.slot_bytes], self, index)
+        return Slot(self.buffer, base, self.buffer[base : base + self.slot_bytes], self, index)
 
 
 def plain_alloc(nbytes: int) -> Slot:

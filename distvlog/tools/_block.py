@@ -54,7 +54,7 @@ class Block:
 
     def text(self, i: int) -> bytes:
         """Record i as glog text (with the timestamp the merge writes)."""
-        return self.slot.buffer[self.start[i]:self.end[i]].tobytes()
+        return self.slot.buffer[self.start[i] : self.end[i]].tobytes()
 
     def record(self, i: int) -> _record.Record:
         ts, rank, path = int(self.ts[i]), int(self.rank[i]), self.source.path
@@ -68,7 +68,7 @@ class Block:
         if not len(self.start):
             return out
         base = int(self.start[0])
-        text = memoryview(self.slot.buffer[base:int(self.end[-1])])
+        text = memoryview(self.slot.buffer[base : int(self.end[-1])])
         starts, ends = (self.start - base).tolist(), (self.end - base).tolist()
         pos = 0
         while pos < len(text) and (match := pattern.search(text, pos)) is not None:

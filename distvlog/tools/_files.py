@@ -41,8 +41,9 @@ def _natural(name: str) -> list:
 
 
 def _rank_files(directory: Path) -> list[Path]:
-    return sorted((p for p in directory.iterdir() if _RANK_FILE.match(p.name) and p.is_file()),
-                  key=lambda p: _natural(p.name))
+    return sorted(
+        (p for p in directory.iterdir() if _RANK_FILE.match(p.name) and p.is_file()), key=lambda p: _natural(p.name)
+    )
 
 
 def _latest_run(root: Path) -> Path | None:

@@ -24,16 +24,27 @@ for _i, _c in enumerate("IWEF"):
 _PADDLE_NODE = re.compile(r"(\w+GradNode)\(0x")  # Paddle's own "multiply1GradNode(0x..) begin run"
 _NODE_HINT = re.compile(rb"node=|GradNode\(")
 _V_HINT = re.compile(rb" v=\d")
-_TIME_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y/%m/%d %H:%M:%S.%f",
-                 "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M")
+_TIME_FORMATS = (
+    "%Y-%m-%d %H:%M:%S.%f",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%d %H:%M",
+    "%Y/%m/%d %H:%M:%S.%f",
+    "%Y/%m/%d %H:%M:%S",
+    "%Y/%m/%d %H:%M",
+)
 _DAY_FORMATS = ("%m%d %H:%M:%S.%f", "%m%d %H:%M:%S", "%m%d %H:%M")  # glog's own, no year
 _TOD_FORMATS = ("%H:%M:%S.%f", "%H:%M:%S", "%H:%M")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0,2-3")
-    parser.add_argument("--min-severity", metavar="S", type=str.upper, choices=list("IWEF"),
-                        help="only records of at least this severity (I, W, E, F)")
+    parser.add_argument(
+        "--min-severity",
+        metavar="S",
+        type=str.upper,
+        choices=list("IWEF"),
+        help="only records of at least this severity (I, W, E, F)",
+    )
     parser.add_argument("--min-v", metavar="N", type=int, help="only VLOG records of level N or more")
     parser.add_argument("--max-v", metavar="N", type=int, help="drop VLOG records above level N")
     parser.add_argument("--grep", metavar="RE", help="only records whose text (any line) matches RE")
@@ -102,8 +113,11 @@ class Select:
         limits = []
         for option, text in zip(("--since", "--until"), self._times):
             when = _resolve(option, text, first_local) if text else None
-            limits.append(None if when is None else
-                          (when - _dt.datetime(1970, 1, 1)) // _dt.timedelta(microseconds=1) - utc_offset_s * 10**6)
+            limits.append(
+                None
+                if when is None
+                else (when - _dt.datetime(1970, 1, 1)) // _dt.timedelta(microseconds=1) - utc_offset_s * 10**6
+            )
         self.since, self.until = limits
 
     def __call__(self, block: Block) -> np.ndarray:

@@ -28,8 +28,9 @@ class Layout:
     tag_rank: np.ndarray  # -1 when untagged
 
 
-def bracket_after_prefix(data: np.ndarray, n: int, starts: np.ndarray, variant: Variant,
-                         newlines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def bracket_after_prefix(
+    data: np.ndarray, n: int, starts: np.ndarray, variant: Variant, newlines: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """For lines starting at `starts`: whether `] ` follows the prefix on the same line, and where."""
     brackets = np.append(np.flatnonzero(data[:n] == ord("]")), n)  # n: past every line (the chunk may have none)
     line_end = newlines[np.searchsorted(newlines, starts)]
@@ -62,12 +63,14 @@ def nccl_ranks(data: np.ndarray, n: int, starts: np.ndarray, line_end: np.ndarra
     return out
 
 
-def normalise(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, variant: Variant, lay: Layout,
-              ranks: np.ndarray) -> tuple[memoryview, np.ndarray]:
+def normalise(
+    data: np.ndarray, starts: np.ndarray, ends: np.ndarray, variant: Variant, lay: Layout, ranks: np.ndarray
+) -> tuple[memoryview, np.ndarray]:
     """The records rewritten into our form (new bytes) and each record's start in them."""
     lead, year = variant.lead, 4 if variant.year else 0
-    cuts = np.stack([starts, starts + lead, starts + lead + 1, starts + lead + 1 + year, lay.insert_at, ends],
-                    axis=1).ravel()
+    cuts = np.stack(
+        [starts, starts + lead, starts + lead + 1, starts + lead + 1 + year, lay.insert_at, ends], axis=1
+    ).ravel()
     data_cuts = np.concatenate(([0], cuts, [len(data)]))
     need_tag = lay.tag_rank < 0
     uniq, which = np.unique(np.where(need_tag, ranks, -1), return_inverse=True)

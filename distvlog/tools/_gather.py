@@ -25,9 +25,10 @@ def take(buffers: list[np.ndarray], cuts: list[np.ndarray], index: np.ndarray) -
     `cuts[b]` is non-decreasing from 0 to len(buffers[b]); element i of buffer b is
     buffers[b][cuts[b][i]:cuts[b][i+1]], and element numbers continue from one buffer to the next.
     """
-    arrays = [pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(c) - 1, [None, pa.py_buffer(c),
-                                                                                pa.py_buffer(b)])
-              for b, c in zip(buffers, cuts)]
+    arrays = [
+        pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(c) - 1, [None, pa.py_buffer(c), pa.py_buffer(b)])
+        for b, c in zip(buffers, cuts)
+    ]
     values = arrays[0] if len(arrays) == 1 else pa.chunked_array(arrays)
     # from_buffers, not pa.array: that imports numpy.ma on first use (~20 ms of every merge)
     indices = pa.Array.from_buffers(pa.int64(), len(index), [None, pa.py_buffer(np.ascontiguousarray(index, np.int64))])
@@ -35,7 +36,7 @@ def take(buffers: list[np.ndarray], cuts: list[np.ndarray], index: np.ndarray) -
     if isinstance(out, pa.ChunkedArray):
         out = out.combine_chunks()
     offsets = np.frombuffer(out.buffers()[1], np.int64, len(out) + 1, out.offset * 8)
-    return memoryview(out.buffers()[2])[offsets[0]:offsets[-1]]
+    return memoryview(out.buffers()[2])[offsets[0] : offsets[-1]]
 
 
 def _day_text(day: int) -> bytes:
@@ -68,7 +69,13 @@ def restamp(data: np.ndarray, starts: np.ndarray, local_us: np.ndarray) -> None:
     hour = sec // 3600
     minute = (sec - hour * 3600) // 60
     second = sec - hour * 3600 - minute * 60
-    for col, pair in ((5, hour), (8, minute), (11, second),
-                      (14, micro // 10_000), (16, micro // 100 % 100), (18, micro % 100)):
+    for col, pair in (
+        (5, hour),
+        (8, minute),
+        (11, second),
+        (14, micro // 10_000),
+        (16, micro // 100 % 100),
+        (18, micro % 100),
+    ):
         _column(stamps, col, "<u2")[:] = _PAIRS[pair]
     spans(data, len(_STAMP), 1)[starts] = stamps.view(f"V{len(_STAMP)}")[:, 0]

@@ -48,8 +48,15 @@ class RankRule:
 
 
 class GlogParser:
-    def __init__(self, variant: Variant, calendar: Calendar, utc_offset_s: int, clock: Clock,
-                 ranks: RankRule | None, own_rank: int) -> None:
+    def __init__(
+        self,
+        variant: Variant,
+        calendar: Calendar,
+        utc_offset_s: int,
+        clock: Clock,
+        ranks: RankRule | None,
+        own_rank: int,
+    ) -> None:
         self.variant, self.calendar, self.clock = variant, calendar, clock
         self.utc_offset_us = utc_offset_s * 1_000_000
         self.ranks = ranks  # None: our own file, every record already in our form with its tag
@@ -71,12 +78,12 @@ class GlogParser:
         rec = np.flatnonzero(ok)
         first = int(rec[0]) if len(rec) else len(starts)
         for i in range(first):  # before the first record: the header, else lines we cannot place
-            line = data[starts[i]:starts[i + 1] if i + 1 < len(starts) else complete].tobytes()
+            line = data[starts[i] : starts[i + 1] if i + 1 < len(starts) else complete].tobytes()
             if is_header_line(line):
                 counts.header += 1
             else:
                 counts.skipped["not part of a record (before the first one)"] += 1
-        line_of_end = np.append(rec[1:], len(starts))[:len(rec)]  # none when no line starts a record
+        line_of_end = np.append(rec[1:], len(starts))[: len(rec)]  # none when no line starts a record
         bounds = np.append(starts, complete)
         carry_from = n if eof else (int(starts[rec[-1]]) if len(rec) else complete)
         if not eof and len(rec):
@@ -103,7 +110,8 @@ class GlogParser:
 
     def needs_restamp(self) -> bool:
         return self.display_offset_us is not None and (
-            self.ranks is not None or bool(self.clock) or self.display_offset_us != self.utc_offset_us)
+            self.ranks is not None or bool(self.clock) or self.display_offset_us != self.utc_offset_us
+        )
 
     def _foreign_ranks(self, data: np.ndarray, n: int, starts: np.ndarray, lay: _foreign.Layout) -> np.ndarray:
         rule = self.ranks
@@ -126,8 +134,8 @@ def _drop_garbage(data: np.ndarray, n: int, starts: np.ndarray, counts: Counts) 
     ends = np.append(starts[1:], complete)
     keep = np.ones(n, bool)
     for i in bad.tolist():
-        keep[starts[i]:ends[i]] = False
+        keep[starts[i] : ends[i]] = False
     counts.skipped["binary garbage"] += len(bad)
     kept = data[:n][keep]
-    data[:len(kept)] = kept
+    data[: len(kept)] = kept
     return len(kept)

@@ -79,8 +79,13 @@ class Stamps:
     tod_us: np.ndarray  # microseconds since local midnight
 
     def select(self, rows: np.ndarray) -> "Stamps":
-        return Stamps(self.severity[rows], None if self.year is None else self.year[rows], self.month[rows],
-                      self.day[rows], self.tod_us[rows])
+        return Stamps(
+            self.severity[rows],
+            None if self.year is None else self.year[rows],
+            self.month[rows],
+            self.day[rows],
+            self.tod_us[rows],
+        )
 
 
 def parse_prefix(rows: np.ndarray, variant: Variant) -> tuple[np.ndarray, Stamps]:

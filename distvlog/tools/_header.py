@@ -19,8 +19,13 @@ PROCESSES_MARK = "Merged processes:"  # a merged file's header line listing the 
 _WHO = ("run_id", "rank", "pid", "world_size")  # what a meta record says about the process that wrote it
 _CREATED = re.compile(rb"^Log file created at: (\d{4})/(\d\d)/(\d\d) ")
 _META = re.compile(rb" distvlog:0\] (?:\[rank \d+\] )?distvlog-meta (\{.*\})$")
-_HEADER_LINE = re.compile(rb"^(Log file created at: |Running on machine: |Running duration |Log line format: |"
-                          + MERGED_MARK.encode() + b"|" + PROCESSES_MARK.encode() + rb")")
+_HEADER_LINE = re.compile(
+    rb"^(Log file created at: |Running on machine: |Running duration |Log line format: |"
+    + MERGED_MARK.encode()
+    + b"|"
+    + PROCESSES_MARK.encode()
+    + rb")"
+)
 
 
 def is_header_line(line: bytes) -> bool:
@@ -73,7 +78,7 @@ def metas_in(text: bytes) -> list[dict[str, Any]]:
             break
         if line.startswith(PROCESSES_MARK.encode()):
             try:
-                listed = json.loads(line[len(PROCESSES_MARK):])
+                listed = json.loads(line[len(PROCESSES_MARK) :])
             except ValueError:  # cut short by the head's end (hundreds of ranks): their records tell
                 break
             if isinstance(listed, list) and all(isinstance(m, dict) and "rank" in m for m in listed):
@@ -81,7 +86,7 @@ def metas_in(text: bytes) -> list[dict[str, Any]]:
     out = []
     at = text.find(META_EVENT)
     while at >= 0 and (end := text.find(b"\n", at)) >= 0:
-        line = text[text.rfind(b"\n", 0, at) + 1:end].rstrip(b"\r")
+        line = text[text.rfind(b"\n", 0, at) + 1 : end].rstrip(b"\r")
         at = text.find(META_EVENT, end)
         meta = meta_from_glog(line)
         if meta is None and line.lstrip().startswith(b"{"):

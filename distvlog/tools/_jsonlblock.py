@@ -40,11 +40,15 @@ def render(obj: dict[str, Any], rank: int) -> str:
         event += " " + json.dumps(obj["meta"], separators=(",", ":"))
         pairs = ""
     else:
-        pairs = "".join(f" {k}={logfmt_value(v)}" for k, v in obj.items() if k not in CORE or k == "v" and v is not None)
+        pairs = "".join(
+            f" {k}={logfmt_value(v)}" for k, v in obj.items() if k not in CORE or k == "v" and v is not None
+        )
     first, nl, rest = event.partition("\n")
     sev = str(obj.get("severity") or "I")[:1]
-    return (f"{sev}{_PLACEHOLDER} {obj.get('tid', 0)} {obj.get('file', '?')}:{obj.get('line', 0)}] "
-            f"[rank {rank}] {first}{pairs}{nl}{rest}\n")
+    return (
+        f"{sev}{_PLACEHOLDER} {obj.get('tid', 0)} {obj.get('file', '?')}:{obj.get('line', 0)}] "
+        f"[rank {rank}] {first}{pairs}{nl}{rest}\n"
+    )
 
 
 def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
@@ -79,5 +83,13 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
     lengths = np.fromiter(map(len, texts), np.int64, len(texts))
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(texts) else np.zeros(0, np.int64)
     severity = np.frombuffer(b"".join(t[:1] for t in texts), np.uint8).copy()
-    return ParsedJson(b"".join(texts), starts.astype(np.int64), np.array(ts, np.int64), rank_arr, severity,
-                      objs, data[end:n].copy(), counts)
+    return ParsedJson(
+        b"".join(texts),
+        starts.astype(np.int64),
+        np.array(ts, np.int64),
+        rank_arr,
+        severity,
+        objs,
+        data[end:n].copy(),
+        counts,
+    )

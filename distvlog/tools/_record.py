@@ -50,7 +50,7 @@ def split_fields(first_line: str) -> tuple[str, dict[str, Any]]:
         fields = {k: _value(v) for k, v in _PAIR.findall(match.group(1))}
     except ValueError:  # a malformed quoted value: keep the line as the message
         return first_line, {}
-    return first_line[:match.start()], fields
+    return first_line[: match.start()], fields
 
 
 @dataclass(slots=True)
@@ -77,8 +77,9 @@ class Record:
         out = {"ts": self.ts, "severity": self.severity}
         if self.v is not None:
             out["v"] = self.v
-        out.update(rank=self.rank, world_size=world_size, tid=self.tid, file=self.file, line=self.line,
-                   event=self.event)
+        out.update(
+            rank=self.rank, world_size=world_size, tid=self.tid, file=self.file, line=self.line, event=self.event
+        )
         out.update((k, v) for k, v in self.fields.items() if k not in CORE)
         return out
 
@@ -91,12 +92,11 @@ def from_glog(raw: bytes, ts: int, rank: int, path: Path | None = None) -> Recor
     if not match:  # cannot happen for a record the scanner accepted; keep it whole all the same
         return Record(ts, first[:1], rank, 0, "", 0, text, {}, path)
     sev, tid, file, line = match.groups()
-    message, fields = split_fields(first[match.end():])
+    message, fields = split_fields(first[match.end() :])
     if message.startswith(_META_PREFIX):  # our header record: its dict, as in our JSON-lines files
         with contextlib.suppress(ValueError):
-            message, fields = META_EVENT, {"meta": json.loads(message[len(_META_PREFIX) - 1:])}
-    return Record(ts, sev, rank, int(tid) if tid.isdigit() else tid, file, int(line), message + nl + rest,
-                  fields, path)
+            message, fields = META_EVENT, {"meta": json.loads(message[len(_META_PREFIX) - 1 :])}
+    return Record(ts, sev, rank, int(tid) if tid.isdigit() else tid, file, int(line), message + nl + rest, fields, path)
 
 
 def from_json(obj: dict[str, Any], ts: int, rank: int, path: Path | None = None) -> Record:
@@ -104,5 +104,14 @@ def from_json(obj: dict[str, Any], ts: int, rank: int, path: Path | None = None)
     if obj.get("v") is not None:
         fields["v"] = obj["v"]
     event = obj.get("event")
-    return Record(ts, str(obj.get("severity") or "I")[:1], rank, obj.get("tid", 0), str(obj.get("file", "")),
-                  int(obj.get("line") or 0), event if isinstance(event, str) else json.dumps(event), fields, path)
+    return Record(
+        ts,
+        str(obj.get("severity") or "I")[:1],
+        rank,
+        obj.get("tid", 0),
+        str(obj.get("file", "")),
+        int(obj.get("line") or 0),
+        event if isinstance(event, str) else json.dumps(event),
+        fields,
+        path,
+    )

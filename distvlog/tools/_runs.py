@@ -31,22 +31,25 @@ def check(sources: list[Source], warn: Warn) -> None:
             run, rank, pid = str(meta.get("run_id")), meta["rank"], meta.get("pid")
             other = holder.setdefault((run, rank, pid), source.path)
             if other != source.path:
-                raise InputError(f"{other} and {source.path} both hold the records of rank {rank} (pid {pid}) of "
-                                 f"run {run}: they would be read twice; give only one of the two")
+                raise InputError(
+                    f"{other} and {source.path} both hold the records of rank {rank} (pid {pid}) of "
+                    f"run {run}: they would be read twice; give only one of the two"
+                )
             if source.path not in files[run]:
                 files[run].append(source.path)
             world[run] = max(world[run], meta.get("world_size") if isinstance(meta.get("world_size"), int) else 0)
             ranks[run].add(rank)
     if len(files) > 1:
-        warn(f"the input files are from {len(files)} different runs: "
-             + "; ".join(f"{run} ({_some(paths)})" for run, paths in files.items()))
+        warn(
+            f"the input files are from {len(files)} different runs: "
+            + "; ".join(f"{run} ({_some(paths)})" for run, paths in files.items())
+        )
     if len(files) == 1:  # files without a meta record (foreign, cut short) speak for the rank they are of
         ranks[next(iter(files))].update(s.rank for s in sources if not s.metas and s.rank is not None)
     for run, size in world.items():
         missing = sorted(set(range(size)) - ranks[run])
         if missing:
-            warn(f"no log read from {ranks_text(missing)} of {size}"
-                 + (f" (run {run})" if len(files) > 1 else ""))
+            warn(f"no log read from {ranks_text(missing)} of {size}" + (f" (run {run})" if len(files) > 1 else ""))
 
 
 def _some(paths: list[Path]) -> str:

@@ -63,9 +63,16 @@ class SliceBuilder:
             self._grad_stats(rec)
         if rec.severity in "WEF":
             kind = "warning" if rec.severity == "W" else "error"
-            self.out.append(Slice(kind, first[:120] or rec.severity, rec.rank, rec.tid, rec.ts,
-                                  args=_args(rec, severity=rec.severity, message=rec.event,
-                                             where=f"{rec.file}:{rec.line}")))
+            self.out.append(
+                Slice(
+                    kind,
+                    first[:120] or rec.severity,
+                    rec.rank,
+                    rec.tid,
+                    rec.ts,
+                    args=_args(rec, severity=rec.severity, message=rec.event, where=f"{rec.file}:{rec.line}"),
+                )
+            )
         if step is not None and self._passes.get(track):
             self._passes[track][-1].args.setdefault("step", step)
 
@@ -83,15 +90,24 @@ class SliceBuilder:
         if what == "backward":
             stack = self._passes.setdefault(track, [])
             if edge == "begin":
-                stack.append(Slice("backward", f"backward pass {rec.fields.get('pass', '')}".strip(), rec.rank,
-                                   rec.tid, rec.ts, args=_args(rec)))
+                stack.append(
+                    Slice(
+                        "backward",
+                        f"backward pass {rec.fields.get('pass', '')}".strip(),
+                        rec.rank,
+                        rec.tid,
+                        rec.ts,
+                        args=_args(rec),
+                    )
+                )
             elif stack:
                 self._close(stack.pop(), rec)
             return
         key = (rec.rank, rec.fields.get("step"), rec.fields.get("bucket"))
         if edge == "begin":
-            self._buckets[key] = Slice("allreduce", f"allreduce bucket {key[2]}", rec.rank, rec.tid, rec.ts,
-                                       args=_args(rec))
+            self._buckets[key] = Slice(
+                "allreduce", f"allreduce bucket {key[2]}", rec.rank, rec.tid, rec.ts, args=_args(rec)
+            )
         elif key in self._buckets:
             self._close(self._buckets.pop(key), rec)
 
@@ -108,8 +124,9 @@ class SliceBuilder:
         if run is not None:
             run.args.setdefault("grad_stats", []).append(stats)
         else:
-            self.out.append(Slice("grad_stats", f"grad_stats {node}".strip(), rec.rank, rec.tid, rec.ts,
-                                  args=_args(rec)))
+            self.out.append(
+                Slice("grad_stats", f"grad_stats {node}".strip(), rec.rank, rec.tid, rec.ts, args=_args(rec))
+            )
 
     def finish(self) -> list[Slice]:
         """Every slice; runs never closed end at their rank's last record, marked unfinished."""

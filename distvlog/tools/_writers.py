@@ -24,15 +24,21 @@ _HEADER_FORMAT = "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line
 WRITE_BYTES = 256 << 10
 
 
-def text_header(first_ts: int | None, utc_offset_s: int, hosts: list[str], files: int, corrected: bool,
-                metas: list[dict]) -> bytes:
+def text_header(
+    first_ts: int | None, utc_offset_s: int, hosts: list[str], files: int, corrected: bool, metas: list[dict]
+) -> bytes:
     local = _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=(first_ts or 0) + utc_offset_s * 10**6)
     sign, off = ("+" if utc_offset_s >= 0 else "-"), abs(utc_offset_s) // 60
     clock = "clocks corrected to rank 0" if corrected else "no clock correction"
-    return (f"Log file created at: {local:%Y/%m/%d %H:%M:%S}\n"
+    return (
+        (
+            f"Log file created at: {local:%Y/%m/%d %H:%M:%S}\n"
             f"Running on machine: {','.join(hosts) or 'unknown'}\n"
             f"{MERGED_MARK} {files} file{'s' * (files != 1)}, {clock}, times in UTC{sign}{off // 60:02d}:{off % 60:02d}\n"
-            ).encode() + processes_line(metas) + _HEADER_FORMAT.encode()
+        ).encode()
+        + processes_line(metas)
+        + _HEADER_FORMAT.encode()
+    )
 
 
 def batch_text(batch: Batch) -> memoryview:
@@ -90,7 +96,7 @@ class Writer:
                 try:
                     view = memoryview(item)
                     while view:
-                        view = view[os.write(self.fd, view[:WRITE_BYTES]):]
+                        view = view[os.write(self.fd, view[:WRITE_BYTES]) :]
                 except BaseException as exc:  # noqa: BLE001 (handed to the main thread)
                     self._error = exc
 

@@ -36,8 +36,10 @@ from .._json import dumps
 from ._notes import Warn, after_reading, ignore, plural, ranks_text, warner
 from .reader import open_sources, read_records
 
-_WANTED = re.compile(rb'\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) '  # glog text
-                     rb'|"event":"(?:grad_stats|allreduce)')  # JSON lines
+_WANTED = re.compile(
+    rb"\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) "  # glog text
+    rb'|"event":"(?:grad_stats|allreduce)'
+)  # JSON lines
 MAX_LISTED = 10
 _COUNTER = re.compile(r"\d+(?=GradNode$)")
 
@@ -126,9 +128,20 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
             logs.last_step[rec.rank] = max(step, logs.last_step.get(rec.rank, step))
             run_key = (rec.rank, f.get("node"), f.get("pass"))
             run = runs.setdefault(run_key, len(runs))
-            logs.stats[rec.rank].append(Stat(rec.rank, step, str(f.get("node")), str(f.get("slot")), f.get("site"),
-                                             _float(f.get("norm")), _int(f.get("nan")), _int(f.get("inf")), rec.ts,
-                                             run))
+            logs.stats[rec.rank].append(
+                Stat(
+                    rec.rank,
+                    step,
+                    str(f.get("node")),
+                    str(f.get("slot")),
+                    f.get("site"),
+                    _float(f.get("norm")),
+                    _int(f.get("nan")),
+                    _int(f.get("inf")),
+                    rec.ts,
+                    run,
+                )
+            )
         elif "bucket" in f and "step" in f:
             key = (_int(f["step"]), _int(f["bucket"]))
             logs.last_step[rec.rank] = max(key[0], logs.last_step.get(rec.rank, key[0]))
@@ -140,9 +153,11 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
                 logs.params[key + (str(f["param"]),)][rec.rank] = str(f.get("checksum"))
     after_reading(sources, warn)
     if not logs.stats and not logs.begun and not logs.errors:
-        raise InputError(f"{' '.join(paths)}: no gradient statistics (grad_stats, written at verbosity 5: "
-                         "backward_vlog_guard(5) or DISTVLOG_V=5), no allreduce records (DataParallel at v>=1) "
-                         "and no errors")
+        raise InputError(
+            f"{' '.join(paths)}: no gradient statistics (grad_stats, written at verbosity 5: "
+            "backward_vlog_guard(5) or DISTVLOG_V=5), no allreduce records (DataParallel at v>=1) "
+            "and no errors"
+        )
     return logs
 
 
@@ -162,8 +177,9 @@ def nan_origins(logs: Logs) -> list[dict]:
                 incoming[s.run] = s.finite
             if not s.finite and s.step not in first_bad:
                 # an origin turned finite gradients into NaN/Inf; else it came from outside the logged region
-                first_bad[s.step] = _origin(s, "origin" if s.slot != "grad_out" and incoming.get(s.run, False)
-                                            else "first seen")
+                first_bad[s.step] = _origin(
+                    s, "origin" if s.slot != "grad_out" and incoming.get(s.run, False) else "first seen"
+                )
         previous_bad = False
         for step in steps:
             if step in first_bad and not previous_bad:
@@ -183,19 +199,32 @@ def _mark_arrivals(found: list[dict], logs: Logs) -> None:
     for o in found:  # earliest first
         before = [step for step in steps[o["rank"]] if step < o["step"]]
         since = before[-1] if before else -math.inf  # the rank logged no step between this one and S
-        causes = [c for c in sources if c["rank"] != o["rank"] and since <= c["step"] < o["step"]
-                  and c["step"] in reduced]
+        causes = [
+            c for c in sources if c["rank"] != o["rank"] and since <= c["step"] < o["step"] and c["step"] in reduced
+        ]
         if causes:
             step = max(c["step"] for c in causes)
-            o.update(kind="after allreduce", allreduce_step=step,
-                     from_ranks=sorted({c["rank"] for c in causes if c["step"] == step}))
+            o.update(
+                kind="after allreduce",
+                allreduce_step=step,
+                from_ranks=sorted({c["rank"] for c in causes if c["step"] == step}),
+            )
         else:
             sources.append(o)
 
 
 def _origin(s: Stat, kind: str) -> dict:
-    return {"kind": kind, "rank": s.rank, "step": s.step, "node": s.node, "slot": s.slot, "site": s.site,
-            "nan": s.nan, "inf": s.inf, "ts": s.ts}
+    return {
+        "kind": kind,
+        "rank": s.rank,
+        "step": s.step,
+        "node": s.node,
+        "slot": s.slot,
+        "site": s.site,
+        "nan": s.nan,
+        "inf": s.inf,
+        "ts": s.ts,
+    }
 
 
 def _sequences(logs: Logs) -> dict[int, dict[int, list[Stat]]]:
@@ -213,8 +242,10 @@ def _sequences(logs: Logs) -> dict[int, dict[int, list[Stat]]]:
 def errors(logs: Logs) -> list[dict]:
     """E and F records, one entry per (step, message) with the ranks that logged it: DataParallel's checks
     raise the same error on every rank."""
-    found = [{"ranks": sorted(set(ranks)), "step": step, "message": message}
-             for (step, message), ranks in logs.errors.items()]
+    found = [
+        {"ranks": sorted(set(ranks)), "step": step, "message": message}
+        for (step, message), ranks in logs.errors.items()
+    ]
     return sorted(found, key=lambda e: (e["step"] is None, e["step"] or 0, e["ranks"][0]))
 
 
@@ -227,8 +258,11 @@ def log_ends(logs: Logs) -> list[dict]:
     stopped: dict[int, list[int]] = defaultdict(list)
     for rank, step in sorted(logs.last_step.items()):
         stopped[step].append(rank)
-    return [{"ranks": ranks, "step": step, "others": stopped[end], "others_step": end}
-            for step, ranks in sorted(stopped.items()) if step < end]
+    return [
+        {"ranks": ranks, "step": step, "others": stopped[end], "others_step": end}
+        for step, ranks in sorted(stopped.items())
+        if step < end
+    ]
 
 
 def _stops_in(logs: Logs, rank: int, step: int) -> bool:
@@ -237,12 +271,13 @@ def _stops_in(logs: Logs, rank: int, step: int) -> bool:
     if logs.last_step[rank] != step:
         return False
     return step < max(logs.last_step.values()) or any(
-        key[0] == step and rank not in logs.ended.get(key, {}) for key in logs.begun.keys() | logs.ended.keys())
+        key[0] == step and rank not in logs.ended.get(key, {}) for key in logs.begun.keys() | logs.ended.keys()
+    )
 
 
 def _cut_short(seq: tuple, other: tuple, ranks: list[int], step: int, logs: Logs) -> bool:
     """Whether `seq` is `other` with its end missing because the logs of `ranks` stop in this step."""
-    return len(seq) < len(other) and other[:len(seq)] == seq and all(_stops_in(logs, r, step) for r in ranks)
+    return len(seq) < len(other) and other[: len(seq)] == seq and all(_stops_in(logs, r, step) for r in ranks)
 
 
 def desync(logs: Logs) -> list[dict]:
@@ -257,9 +292,14 @@ def desync(logs: Logs) -> list[dict]:
             if logs.last_step[rank] >= step:  # a rank whose logs end earlier is no evidence of a different graph
                 groups[tuple(s.op for s in seqs[rank].get(step, ()))].append(rank)
         # the start of another's sequence, cut short because these ranks' logs stop here, agrees with it
-        ordered = sorted(((seq, ranks) for seq, ranks in groups.items()
-                          if not any(_cut_short(seq, other, ranks, step, logs) for other in groups)),
-                         key=lambda kv: (-len(kv[1]), kv[1][0]))
+        ordered = sorted(
+            (
+                (seq, ranks)
+                for seq, ranks in groups.items()
+                if not any(_cut_short(seq, other, ranks, step, logs) for other in groups)
+            ),
+            key=lambda kv: (-len(kv[1]), kv[1][0]),
+        )
         if len(ordered) < 2:
             continue
         reference, ref_ranks = ordered[0]
@@ -267,20 +307,35 @@ def desync(logs: Logs) -> list[dict]:
             key = tuple(tuple(ranks) for _, ranks in ordered)
             if key not in out:
                 at = min(_first_difference(seq, reference) for seq, _ in ordered[1:])
-                out[key] = {"kind": "no majority", "ranks": sorted(r for _, ranks in ordered for r in ranks),
-                            "step": step, "position": at, "steps": 0,
-                            "groups": [{"ranks": ranks, "ran": _node_at(seqs[ranks[0]][step], at), "nodes": len(seq)}
-                                       for seq, ranks in ordered]}
+                out[key] = {
+                    "kind": "no majority",
+                    "ranks": sorted(r for _, ranks in ordered for r in ranks),
+                    "step": step,
+                    "position": at,
+                    "steps": 0,
+                    "groups": [
+                        {"ranks": ranks, "ran": _node_at(seqs[ranks[0]][step], at), "nodes": len(seq)}
+                        for seq, ranks in ordered
+                    ],
+                }
             out[key]["steps"] += 1
             continue
         for seq, members in ordered[1:]:
             for rank in members:
                 if rank not in out:
                     at = _first_difference(seq, reference)
-                    out[rank] = {"kind": "odd rank", "rank": rank, "step": step, "position": at,
-                                 "ran": _node_at(seqs[rank][step], at),
-                                 "others_ran": _node_at(seqs[ref_ranks[0]][step], at), "nodes": len(seq),
-                                 "others_nodes": len(reference), "others": ref_ranks, "steps": 0}
+                    out[rank] = {
+                        "kind": "odd rank",
+                        "rank": rank,
+                        "step": step,
+                        "position": at,
+                        "ran": _node_at(seqs[rank][step], at),
+                        "others_ran": _node_at(seqs[ref_ranks[0]][step], at),
+                        "nodes": len(seq),
+                        "others_nodes": len(reference),
+                        "others": ref_ranks,
+                        "steps": 0,
+                    }
                 out[rank]["steps"] += 1
     return sorted(out.values(), key=lambda d: (d["step"], d.get("rank", -1)))
 
@@ -305,16 +360,32 @@ def collectives(logs: Logs) -> list[dict]:
         begun, ended = logs.begun.get(key, set()), logs.ended.get(key, {})
         not_finished, not_begun = sorted(begun - set(ended)), sorted(reducing - begun - set(ended))
         if not_finished or not_begun:
-            out.append({"kind": "unfinished", "step": step, "bucket": bucket, "began": sorted(begun),
-                        "not_finished": not_finished, "not_begun": not_begun})
+            out.append(
+                {
+                    "kind": "unfinished",
+                    "step": step,
+                    "bucket": bucket,
+                    "began": sorted(begun),
+                    "not_finished": not_finished,
+                    "not_begun": not_begun,
+                }
+            )
         values = defaultdict(list)
         for rank, checksum in ended.items():
             values[checksum].append(rank)
         if len(values) > 1:
-            params = sorted(p for (s, b, p), per_rank in logs.params.items()
-                            if (s, b) == key and len(set(per_rank.values())) > 1)
-            out.append({"kind": "mismatch", "step": step, "bucket": bucket,
-                        "checksums": {c: sorted(r) for c, r in values.items()}, "params": params})
+            params = sorted(
+                p for (s, b, p), per_rank in logs.params.items() if (s, b) == key and len(set(per_rank.values())) > 1
+            )
+            out.append(
+                {
+                    "kind": "mismatch",
+                    "step": step,
+                    "bucket": bucket,
+                    "checksums": {c: sorted(r) for c, r in values.items()},
+                    "params": params,
+                }
+            )
     return out
 
 
@@ -349,19 +420,37 @@ def outliers(logs: Logs, factor: float) -> list[dict]:
         first = per_rank[norms[0][1]]
         majority = max(clusters, key=len)
         if 2 * len(majority) <= len(norms):
-            out.append({"kind": "split", "step": step, "node": first.node, "slot": slot, "site": first.site,
-                        "ratio": _apart(norms[0][0], norms[-1][0]),
-                        "groups": [{"ranks": sorted(r for _, r in c), "norms": [c[0][0], c[-1][0]]}
-                                   for c in clusters]})
+            out.append(
+                {
+                    "kind": "split",
+                    "step": step,
+                    "node": first.node,
+                    "slot": slot,
+                    "site": first.site,
+                    "ratio": _apart(norms[0][0], norms[-1][0]),
+                    "groups": [{"ranks": sorted(r for _, r in c), "norms": [c[0][0], c[-1][0]]} for c in clusters],
+                }
+            )
             continue
         # Every rank is judged by the majority's median: a chain of small steps can join a cluster to one far off.
         median = statistics.median(n for n, _ in majority)
         off = [(norm, rank) for norm, rank in norms if _apart(norm, median) > factor]
         others = sorted({rank for _, rank in majority} - {rank for _, rank in off})
         for norm, rank in off:
-            out.append({"kind": "outlier", "rank": rank, "step": step, "node": per_rank[rank].node, "slot": slot,
-                        "norm": norm, "median": median, "others": others,
-                        "ratio": _apart(norm, median), "site": per_rank[rank].site})
+            out.append(
+                {
+                    "kind": "outlier",
+                    "rank": rank,
+                    "step": step,
+                    "node": per_rank[rank].node,
+                    "slot": slot,
+                    "norm": norm,
+                    "median": median,
+                    "others": others,
+                    "ratio": _apart(norm, median),
+                    "site": per_rank[rank].site,
+                }
+            )
     return sorted(out, key=lambda o: (o["step"], -o["ratio"]))
 
 
@@ -369,24 +458,41 @@ def outliers(logs: Logs, factor: float) -> list[dict]:
 def not_checked(logs: Logs) -> list[dict]:
     """The checks these logs cannot support, and why: finding nothing there does not mean clean."""
     if not logs.stats:
-        return [{"checks": ["NaN/Inf origins", "desync", "outliers"],
-                 "why": "no grad_stats records (the backward writes them at verbosity >= 5: backward_vlog_guard(5) "
-                        "or DISTVLOG_V=5)"}]
+        return [
+            {
+                "checks": ["NaN/Inf origins", "desync", "outliers"],
+                "why": "no grad_stats records (the backward writes them at verbosity >= 5: backward_vlog_guard(5) "
+                "or DISTVLOG_V=5)",
+            }
+        ]
     if len(logs.stats) < 3:
-        return [{"checks": ["outliers"], "why": f"grad_stats from {plural(len(logs.stats), 'rank')} only: it takes "
-                                                "3 or more to tell which one is off"}]
+        return [
+            {
+                "checks": ["outliers"],
+                "why": f"grad_stats from {plural(len(logs.stats), 'rank')} only: it takes "
+                "3 or more to tell which one is off",
+            }
+        ]
     return []
 
 
 def analyse(logs: Logs, factor: float) -> dict:
     """All checks; `found` when any reports something, `clean` only when nothing is found and all could run."""
     origins = nan_origins(logs)
-    report = {"ranks": sorted(logs.ranks), "steps_from": logs.step_source,
-              "grad_stats": sum(len(s) for s in logs.stats.values()), "allreduces": len(logs.ended),
-              "nan_origin": next((o for o in origins if o["kind"] != "after allreduce"), None),
-              "nan_origins": origins, "errors": errors(logs),
-              "desync": desync(logs), "collectives": collectives(logs), "log_ends": log_ends(logs),
-              "outliers": outliers(logs, factor), "not_checked": not_checked(logs)}
+    report = {
+        "ranks": sorted(logs.ranks),
+        "steps_from": logs.step_source,
+        "grad_stats": sum(len(s) for s in logs.stats.values()),
+        "allreduces": len(logs.ended),
+        "nan_origin": next((o for o in origins if o["kind"] != "after allreduce"), None),
+        "nan_origins": origins,
+        "errors": errors(logs),
+        "desync": desync(logs),
+        "collectives": collectives(logs),
+        "log_ends": log_ends(logs),
+        "outliers": outliers(logs, factor),
+        "not_checked": not_checked(logs),
+    }
     report["found"] = any(report[k] for k in ("nan_origins", "errors", "desync", "collectives", "log_ends", "outliers"))
     report["clean"] = not report["found"] and not report["not_checked"]
     return report
@@ -418,8 +524,10 @@ def _unfinished_lines(unfinished: list[dict]) -> list[str]:
         it = "them" if len(numbers) > 1 else "it"
         what = [f"{ranks_text(not_finished)} began {it} and never finished"] if not_finished else []
         what += [f"{ranks_text(not_begun)} never began {it}"] if not_begun else []
-        lines.append(f"allreduce step {step} bucket{'s' if len(numbers) > 1 else ''} {','.join(map(str, numbers))}: "
-                     + "; ".join(what))
+        lines.append(
+            f"allreduce step {step} bucket{'s' if len(numbers) > 1 else ''} {','.join(map(str, numbers))}: "
+            + "; ".join(what)
+        )
     return lines
 
 
@@ -436,11 +544,15 @@ def _nan_lines(origins: list[dict]) -> list[str]:
             arrivals[key][1].append(o["rank"])
             continue
         note = "" if o["kind"] == "origin" else " (already non-finite where logging starts: its producer is not logged)"
-        lines.append(f"NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: "
-                     f"{o['nan']} NaN, {o['inf']} Inf{note}")
+        lines.append(
+            f"NaN/Inf {o['kind']}: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: "
+            f"{o['nan']} NaN, {o['inf']} Inf{note}"
+        )
     for (reduced, sources, step), (i, ranks) in arrivals.items():
-        lines[i] = (f"NaN/Inf on {ranks_text(ranks)} from step {step}: arrived through the allreduce of step {reduced} "
-                    f"from {ranks_text(sources)}")
+        lines[i] = (
+            f"NaN/Inf on {ranks_text(ranks)} from step {step}: arrived through the allreduce of step {reduced} "
+            f"from {ranks_text(sources)}"
+        )
     return [("" if i == 0 else "  then ") + line for i, line in enumerate(lines)]
 
 
@@ -448,20 +560,28 @@ def _desync_line(d: dict) -> str:
     steps = f"({d['steps']} step{' differs' if d['steps'] == 1 else 's differ'})"
     if d["kind"] == "no majority":
         named = all(g["ran"] for g in d["groups"])
-        sides = ", ".join(f"{ranks_text(g['ranks'])} ran {g['ran'] if named else str(g['nodes']) + ' nodes'}"
-                          for g in d["groups"])
-        return (f"desync: {ranks_text(d['ranks'])} differ at step {d['step']} node #{d['position']}, no majority says "
-                f"which is off: {sides} {steps}")
-    what = (f"ran {d['ran']} where {ranks_text(d['others'])} ran {d['others_ran']}" if d["ran"] and d["others_ran"]
-            else f"ran {d['nodes']} nodes where {ranks_text(d['others'])} ran {d['others_nodes']}")
+        sides = ", ".join(
+            f"{ranks_text(g['ranks'])} ran {g['ran'] if named else str(g['nodes']) + ' nodes'}" for g in d["groups"]
+        )
+        return (
+            f"desync: {ranks_text(d['ranks'])} differ at step {d['step']} node #{d['position']}, no majority says "
+            f"which is off: {sides} {steps}"
+        )
+    what = (
+        f"ran {d['ran']} where {ranks_text(d['others'])} ran {d['others_ran']}"
+        if d["ran"] and d["others_ran"]
+        else f"ran {d['nodes']} nodes where {ranks_text(d['others'])} ran {d['others_nodes']}"
+    )
     return f"desync: rank {d['rank']} step {d['step']} node #{d['position']}: {what} {steps}"
 
 
 def _mismatch_line(c: dict) -> str:
     groups = sorted(c["checksums"].values(), key=len, reverse=True)
     params = f" (parameters {', '.join(c['params'])})" if c["params"] else ""
-    return (f"allreduce step {c['step']} bucket {c['bucket']}: result differs on "
-            f"{ranks_text(r for g in groups[1:] for r in g)} from {ranks_text(groups[0])}{params}")
+    return (
+        f"allreduce step {c['step']} bucket {c['bucket']}: result differs on "
+        f"{ranks_text(r for g in groups[1:] for r in g)} from {ranks_text(groups[0])}{params}"
+    )
 
 
 def _outlier_lines(found: list[dict]) -> list[str]:
@@ -476,28 +596,41 @@ def _outlier_lines(found: list[dict]) -> list[str]:
     for key, o in first.items():
         more = f" (and {plural(count[key] - 1, 'more gradient')} there)" if count[key] > 1 else ""
         if o["kind"] == "outlier":
-            lines.append(f"outlier: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: norm "
-                         f"{o['norm']:.4g}, median over {ranks_text(o['others'])}: {o['median']:.4g}{more}")
+            lines.append(
+                f"outlier: rank {o['rank']} step {o['step']} {o['node']} {o['slot']}{_where(o)}: norm "
+                f"{o['norm']:.4g}, median over {ranks_text(o['others'])}: {o['median']:.4g}{more}"
+            )
         else:
-            sides = ", ".join(f"{ranks_text(g['ranks'])} at {g['norms'][0]:.4g}"
-                              + (f" to {g['norms'][1]:.4g}" if g["norms"][1] != g["norms"][0] else "")
-                              for g in o["groups"])
-            lines.append(f"norm split: step {o['step']} {o['node']} {o['slot']}{_where(o)}: {sides}; no majority says "
-                         f"which is off{more}")
+            sides = ", ".join(
+                f"{ranks_text(g['ranks'])} at {g['norms'][0]:.4g}"
+                + (f" to {g['norms'][1]:.4g}" if g["norms"][1] != g["norms"][0] else "")
+                for g in o["groups"]
+            )
+            lines.append(
+                f"norm split: step {o['step']} {o['node']} {o['slot']}{_where(o)}: {sides}; no majority says "
+                f"which is off{more}"
+            )
     return lines
 
 
 def render_text(r: dict) -> str:
-    lines = [f"{plural(len(r['ranks']), 'rank')}, {plural(r['grad_stats'], 'gradient statistic')}, "
-             f"{plural(r['allreduces'], 'allreduce')} "
-             f"(aligned by {ALIGNED_BY[r['steps_from']]})"]
+    lines = [
+        f"{plural(len(r['ranks']), 'rank')}, {plural(r['grad_stats'], 'gradient statistic')}, "
+        f"{plural(r['allreduces'], 'allreduce')} "
+        f"(aligned by {ALIGNED_BY[r['steps_from']]})"
+    ]
     lines += _limited(_nan_lines(r["nan_origins"]))
     lines += _limited([f"error: {ranks_text(e['ranks'])}{_step(e['step'])}: {e['message']}" for e in r["errors"]])
     lines += _limited([_desync_line(d) for d in r["desync"]])
     lines += _limited([_mismatch_line(c) for c in r["collectives"] if c["kind"] == "mismatch"])
     lines += _limited(_unfinished_lines([c for c in r["collectives"] if c["kind"] == "unfinished"]))
-    lines += _limited([f"the logs of {ranks_text(e['ranks'])} end at step {e['step']} ("
-                       f"those of {ranks_text(e['others'])} go on to step {e['others_step']})" for e in r["log_ends"]])
+    lines += _limited(
+        [
+            f"the logs of {ranks_text(e['ranks'])} end at step {e['step']} ("
+            f"those of {ranks_text(e['others'])} go on to step {e['others_step']})"
+            for e in r["log_ends"]
+        ]
+    )
     lines += _limited(_outlier_lines(r["outliers"]))
     lines += [f"not checked: {', '.join(n['checks'])}: {n['why']}" for n in r["not_checked"]]
     if not r["found"]:
@@ -517,10 +650,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("diff", help="where ranks diverged: NaN origins, desync, allreduce mismatches",
-                              description=__doc__.split("\n\n")[1])
+    p = subparsers.add_parser(
+        "diff",
+        help="where ranks diverged: NaN origins, desync, allreduce mismatches",
+        description=__doc__.split("\n\n")[1],
+    )
     p.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, a log root (its latest run) or files")
     p.add_argument("--json", action="store_true", help="the report as JSON")
-    p.add_argument("--outlier-factor", type=float, default=10.0,
-                   help="flag a rank whose gradient norm is this many times off the median (default 10)")
+    p.add_argument(
+        "--outlier-factor",
+        type=float,
+        default=10.0,
+        help="flag a rank whose gradient norm is this many times off the median (default 10)",
+    )
     p.set_defaults(run=run)

@@ -30,26 +30,35 @@ READ_THREADS = 2  # parse two inputs' next blocks at once (see _kway)
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     """PATH arguments and the options for reading them (shared with `trace`)."""
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="log files (.gz too), a run directory, or a log root (its latest run)")
-    parser.add_argument("--rank-of", action="append", metavar="FILE=R",
-                        help="the rank of a foreign log file without [rank R] tags (repeatable)")
-    parser.add_argument("--no-clock-correction", action="store_true",
-                        help="keep each rank's own timestamps (do not apply the clock offsets in the headers)")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help="log files (.gz too), a run directory, or a log root (its latest run)"
+    )
+    parser.add_argument(
+        "--rank-of",
+        action="append",
+        metavar="FILE=R",
+        help="the rank of a foreign log file without [rank R] tags (repeatable)",
+    )
+    parser.add_argument(
+        "--no-clock-correction",
+        action="store_true",
+        help="keep each rank's own timestamps (do not apply the clock offsets in the headers)",
+    )
 
 
 def open_inputs(args: argparse.Namespace, warn: Warn) -> list[Source]:
-    return open_sources(args.paths, rank_of=parse_rank_of(args.rank_of),
-                        clock_correction=not args.no_clock_correction, warn=warn)
+    return open_sources(
+        args.paths, rank_of=parse_rank_of(args.rank_of), clock_correction=not args.no_clock_correction, warn=warn
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("merge", help="merge per-rank logs into one timeline",
-                                   description=__doc__.split("\n\n")[0])
+    parser = subparsers.add_parser(
+        "merge", help="merge per-rank logs into one timeline", description=__doc__.split("\n\n")[0]
+    )
     add_input_arguments(parser)
     parser.add_argument("-o", "--output", metavar="OUT", help="write to OUT (default, or -: standard output)")
-    parser.add_argument("--format", choices=("text", "jsonl"), default="text",
-                        help="glog text (default) or JSON lines")
+    parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="glog text (default) or JSON lines")
     _filters.add_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -130,8 +139,9 @@ def run(args: argparse.Namespace) -> int:
     sources = open_inputs(args, warn)
     present = {s.rank for s in sources}
     if select.ranks is not None and not present & set(select.ranks.tolist()) and None not in present:
-        raise InputError(f"--ranks {args.ranks}: no input is from those ranks (present: "
-                         f"{','.join(map(str, sorted(present)))})")
+        raise InputError(
+            f"--ranks {args.ranks}: no input is from those ranks (present: {','.join(map(str, sorted(present)))})"
+        )
     zone = sources[0].utc_offset_s  # the lowest rank's time zone
     for source in sources:
         source.display_offset_s = zone
@@ -144,8 +154,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(args: argparse.Namespace, sources: list[Source], merge: KWayMerge, select: _filters.Select,
-           zone: int) -> int:
+def _write(
+    args: argparse.Namespace, sources: list[Source], merge: KWayMerge, select: _filters.Select, zone: int
+) -> int:
     """Write the merged records to the output; returns how many."""
     select.prepare(merge.first_ts, zone)
     bar = _progress(sources)
@@ -155,8 +166,17 @@ def _write(args: argparse.Namespace, sources: list[Source], merge: KWayMerge, se
             writer: Writer = JsonWriter(fd)
         else:
             hosts = sorted({s.host for s in sources if s.host})
-            writer = Writer(fd, text_header(merge.first_ts, zone, hosts, len(sources), not args.no_clock_correction,
-                                            [meta for s in sources for meta in s.metas]))
+            writer = Writer(
+                fd,
+                text_header(
+                    merge.first_ts,
+                    zone,
+                    hosts,
+                    len(sources),
+                    not args.no_clock_correction,
+                    [meta for s in sources for meta in s.metas],
+                ),
+            )
         try:
             for batch in merge.batches(select):
                 writer.write(batch)

@@ -74,11 +74,13 @@ class Source:
         self.kind = "jsonl" if first[:n].tobytes().lstrip()[:1] == b"{" else "glog"
         self.metas = _header.metas_in(first[:n].tobytes())  # which processes' records it holds (see _runs)
         explicit = rank_given(rank_of, self.path)
-        (self._open_jsonl if self.kind == "jsonl" else self._open_glog)(first[:n + PAD], n, explicit)
+        (self._open_jsonl if self.kind == "jsonl" else self._open_glog)(first[: n + PAD], n, explicit)
         if self.meta:
             if explicit is not None and explicit != self.meta["rank"]:
-                raise InputError(f"{self.path}: its distvlog header says rank {self.meta['rank']}; "
-                                 f"--rank-of is for files without one")
+                raise InputError(
+                    f"{self.path}: its distvlog header says rank {self.meta['rank']}; "
+                    f"--rank-of is for files without one"
+                )
             self.host = self.meta.get("host") or self.host
             self.utc_offset_s = int(self.meta.get("utc_offset_s") or 0)
             if clock_correction:
@@ -96,8 +98,13 @@ class Source:
             obj = None  # the file's only line, cut short (inside the distvlog-meta line): no records
         self.meta = _header.meta_from_json(obj) if isinstance(obj, dict) else None
         rank = obj.get("rank") if isinstance(obj, dict) else None
-        self.rank = self.meta["rank"] if self.meta else explicit if explicit is not None else (
-            rank if isinstance(rank, int) else self.file.name_rank)
+        self.rank = (
+            self.meta["rank"]
+            if self.meta
+            else explicit
+            if explicit is not None
+            else (rank if isinstance(rank, int) else self.file.name_rank)
+        )
         if self.rank is None:
             raise InputError(f"{self.path}: cannot tell which rank wrote it; pass --rank-of {self.path}=R")
 
@@ -141,7 +148,7 @@ class Source:
     def _fill(self, view: np.ndarray, at: int, cap: int) -> int:
         """Fill view[at:cap] from the read-ahead, then the file; returns the new end."""
         take = min(cap - at, len(self._head))
-        view[at:at + take] = self._head[:take]
+        view[at : at + take] = self._head[:take]
         self._head, at = self._head[take:], at + take
         mv = memoryview(view)
         while at < cap and not self._stream_done:
@@ -170,14 +177,16 @@ class Source:
         carry = self._carry
         size = max(CHUNK, 2 * len(carry))
         slot = alloc(size + PAD)
-        slot.view[:len(carry)] = carry
+        slot.view[: len(carry)] = carry
         n = self._fill(slot.view, len(carry), size)
         try:
             block = self._parse(slot, n, alloc)
         except UnknownRank:
             slot.release()
-            raise InputError(f"{self.path}: cannot tell which rank wrote some records (no distvlog header, "
-                             f"no [rank R] tag); pass --rank-of {self.path}=R") from None
+            raise InputError(
+                f"{self.path}: cannot tell which rank wrote some records (no distvlog header, "
+                f"no [rank R] tag); pass --rank-of {self.path}=R"
+            ) from None
         if self.eof and not len(self._carry):
             self._done = True
             self.stream.close()
@@ -196,7 +205,7 @@ class Source:
         if text is not slot.view:  # rewritten records: into a slot of their own
             slot.release()
             slot = alloc(len(text) + PAD)
-            slot.view[:len(text)] = text
+            slot.view[: len(text)] = text
         end = parsed.end if self.kind == "glog" else np.append(parsed.start[1:], len(text))
         block = Block(self, slot, slot.base + parsed.start, slot.base + end, ts, parsed.rank, parsed.severity, objs)
         display = self.display_offset_s if self.display_offset_s is not None else self.utc_offset_s
@@ -206,8 +215,14 @@ class Source:
 
     def _glog_parser(self) -> GlogParser:
         if self._parser is None:
-            self._parser = GlogParser(self._variant, self._calendar, self.utc_offset_s, self.clock,
-                                      self._rank_rule, self.rank if self.rank is not None else -1)
+            self._parser = GlogParser(
+                self._variant,
+                self._calendar,
+                self.utc_offset_s,
+                self.clock,
+                self._rank_rule,
+                self.rank if self.rank is not None else -1,
+            )
             if self.display_offset_s is not None:
                 self._parser.display_offset_us = self.display_offset_s * 1_000_000
         return self._parser
@@ -216,8 +231,9 @@ class Source:
         self.stream.close()
 
 
-def open_sources(paths: list[str], *, rank_of: dict[str, int] | None = None, clock_correction: bool = True,
-                 warn: Warn = ignore) -> list[Source]:
+def open_sources(
+    paths: list[str], *, rank_of: dict[str, int] | None = None, clock_correction: bool = True, warn: Warn = ignore
+) -> list[Source]:
     """The input files named by PATH arguments, opened, in (rank, argument order).
 
     Foreign files take the time zone of our files (they ran on the same cluster), else this machine's.
@@ -255,8 +271,12 @@ def _open_all(files: list[InputFile], rank_of: dict[str, int], clock_correction:
             except BadFile as exc:
                 unusable.append(str(exc))
         if not sources:
-            raise InputError(unusable[0] if len(unusable) == 1 else f"no usable input file: {'; '.join(unusable[:3])}"
-                             + (f"; {len(unusable) - 3} more" if len(unusable) > 3 else ""))
+            raise InputError(
+                unusable[0]
+                if len(unusable) == 1
+                else f"no usable input file: {'; '.join(unusable[:3])}"
+                + (f"; {len(unusable) - 3} more" if len(unusable) > 3 else "")
+            )
         for text in unusable:
             warn(f"{text}; skipping it")
         _runs.check(sources, warn)
@@ -267,8 +287,9 @@ def _open_all(files: list[InputFile], rank_of: dict[str, int], clock_correction:
     return sources
 
 
-def read_records(sources: list[Source], *, where: re.Pattern[bytes] | None = None,
-                 severities: str = "") -> Iterator[Record]:
+def read_records(
+    sources: list[Source], *, where: re.Pattern[bytes] | None = None, severities: str = ""
+) -> Iterator[Record]:
     """Every record, file by file, each file in its own order; or, cheaply, only those whose glog text
     `where` matches or whose severity is one of `severities` (a regex scan over whole blocks)."""
     wanted = np.frombuffer(severities.encode(), np.uint8)

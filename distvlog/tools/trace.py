@@ -24,12 +24,18 @@ LANE_TID_BASE = 1 << 40  # tids of the extra tracks (real thread ids are smaller
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("trace", help="write a Chrome trace (Perfetto) of the run",
-                                   description=__doc__.split("\n\n")[0])
+    parser = subparsers.add_parser(
+        "trace", help="write a Chrome trace (Perfetto) of the run", description=__doc__.split("\n\n")[0]
+    )
     add_input_arguments(parser)
     parser.add_argument("-o", "--output", metavar="OUT", required=True, help="the trace JSON file to write")
-    parser.add_argument("--max-events", metavar="N", type=int, default=1_000_000,
-                        help="keep at most N events, errors and passes first (default 1,000,000; 0: all)")
+    parser.add_argument(
+        "--max-events",
+        metavar="N",
+        type=int,
+        default=1_000_000,
+        help="keep at most N events, errors and passes first (default 1,000,000; 0: all)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -72,8 +78,15 @@ def trace_events(slices: list[Slice], hosts: dict[int, str]) -> list[dict]:
             tids[key] = real if real is not None else LANE_TID_BASE + len(tids)
             name = f"thread {s.tid}" + (f" ({lane + 1})" if lane else "")
             events.append({"ph": "M", "name": "thread_name", "pid": s.rank, "tid": tids[key], "args": {"name": name}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": s.rank, "tid": tids[key],
-                           "args": {"sort_index": len(tids)}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": s.rank,
+                    "tid": tids[key],
+                    "args": {"sort_index": len(tids)},
+                }
+            )
         event = {"name": s.name, "cat": s.kind, "ts": s.start, "pid": s.rank, "tid": tids[key], "args": s.args}
         if s.end is None:
             event.update(ph="i", s="t")
@@ -102,16 +115,27 @@ def run(args: argparse.Namespace) -> int:
         for rank in source.counts.records:
             hosts.setdefault(rank, source.host or "")
     events = trace_events(slices, hosts)
-    doc = {"traceEvents": events, "displayTimeUnit": "ms",
-           "otherData": {"generator": "distvlog trace", "dropped": dict(dropped)}}
+    doc = {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"generator": "distvlog trace", "dropped": dict(dropped)},
+    }
     try:
         Path(args.output).write_bytes(dumps(doc))
     except OSError as exc:
         raise InputError(f"-o {args.output}: cannot write ({exc.strerror})") from None
     kinds = Counter(s.kind for s in slices)
     said = ", ".join(f"{n:,} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: KINDS.index(kv[0])))
-    print(f"distvlog trace: {plural(len(slices), 'event')} ({said or 'none'}) on {plural(len(hosts), 'rank')} to "
-          f"{args.output}"
-          + (f"; dropped {sum(dropped.values()):,} over --max-events {args.max_events:,} ("
-             + ", ".join(f"{n:,} {k}" for k, n in dropped.items()) + ")" if dropped else ""), file=sys.stderr)
+    print(
+        f"distvlog trace: {plural(len(slices), 'event')} ({said or 'none'}) on {plural(len(hosts), 'rank')} to "
+        f"{args.output}"
+        + (
+            f"; dropped {sum(dropped.values()):,} over --max-events {args.max_events:,} ("
+            + ", ".join(f"{n:,} {k}" for k, n in dropped.items())
+            + ")"
+            if dropped
+            else ""
+        ),
+        file=sys.stderr,
+    )
     return 0

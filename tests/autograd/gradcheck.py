@@ -9,8 +9,14 @@ import numpy as np
 import distvlog as dv
 
 
-def check_gradients(fn: Callable[..., dv.Tensor], *arrays: np.ndarray, eps: float = 1e-6, rtol: float = 1e-5,
-                    atol: float = 1e-7, seed: int = 0) -> None:
+def check_gradients(
+    fn: Callable[..., dv.Tensor],
+    *arrays: np.ndarray,
+    eps: float = 1e-6,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    seed: int = 0,
+) -> None:
     """`fn(*tensors)` must give the gradient central differences give, for every float input.
 
     The output is weighted by fixed random numbers, so every element of the output gradient differs."""
@@ -41,5 +47,4 @@ def check_gradients(fn: Callable[..., dv.Tensor], *arrays: np.ndarray, eps: floa
         assert analytic is not None, f"input {i} got no gradient"
         assert analytic.dtype == a.dtype, f"input {i}: gradient dtype {analytic.dtype}, input {a.dtype}"
         assert analytic.shape == list(a.shape), f"input {i}: gradient shape {analytic.shape}, input {a.shape}"
-        np.testing.assert_allclose(analytic.numpy(), numeric, rtol=rtol, atol=atol,
-                                   err_msg=f"gradient of input {i}")
+        np.testing.assert_allclose(analytic.numpy(), numeric, rtol=rtol, atol=atol, err_msg=f"gradient of input {i}")

@@ -32,7 +32,9 @@ def test_dot_files_colour_inside_outside_and_leaf_nodes(tmp_path):
     dot = files["backward_graph.dot"].read_text()
 
     def colour(node):
-        return re.search(rf'n{id(node):x} \[label="{re.escape(node.name)}\\n0x[0-9a-f]+", fillcolor="([^"]+)"', dot).group(1)
+        return re.search(
+            rf'n{id(node):x} \[label="{re.escape(node.name)}\\n0x[0-9a-f]+", fillcolor="([^"]+)"', dot
+        ).group(1)
 
     assert colour(b.grad_fn) == colour(c.grad_fn) == "lightgrey"
     assert colour(a.grad_fn) == "orange", "a neighbour the captured nodes send gradients to"

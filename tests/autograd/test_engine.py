@@ -98,7 +98,7 @@ def test_nodes_run_once_after_all_their_inputs_arrived():
     assert len(runs) == 1
     ta = np.tanh([0.5, -1.0])
     np.testing.assert_allclose(runs[0], 2 + np.exp(ta))
-    np.testing.assert_allclose(x.grad.numpy(), (2 + np.exp(ta)) * (1 - ta ** 2))
+    np.testing.assert_allclose(x.grad.numpy(), (2 + np.exp(ta)) * (1 - ta**2))
 
 
 def test_saved_tensors_are_released_and_a_second_backward_names_the_node():
@@ -108,8 +108,11 @@ def test_saved_tensors_are_released_and_a_second_backward_names_the_node():
     loss = y.sum()
     loss.backward()
     assert node.saved is None and loss.grad_fn.saved is None
-    with pytest.raises(RuntimeError, match=rf"{loss.grad_fn.name}\(0x[0-9a-f]+\) \(created at test_engine\.py:\d+\):"
-                                           r".*retain_graph=True"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"{loss.grad_fn.name}\(0x[0-9a-f]+\) \(created at test_engine\.py:\d+\):"
+        r".*retain_graph=True",
+    ):
         loss.backward()
 
 
@@ -169,8 +172,11 @@ def test_errors_in_backward_name_the_node_and_the_forward_line():
         raise ValueError("boom")
 
     y.register_hook(broken)
-    with pytest.raises(RuntimeError, match=rf"multiply\d+GradNode\(0x[0-9a-f]+\) \(created at test_engine.py:{line}\): "
-                                           r"hook broken failed: ValueError: boom"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"multiply\d+GradNode\(0x[0-9a-f]+\) \(created at test_engine.py:{line}\): "
+        r"hook broken failed: ValueError: boom",
+    ):
         y.sum().backward()
 
 
@@ -279,8 +285,11 @@ def test_a_leaf_changed_in_place_after_the_forward_is_refused_before_anything_ru
     loss.backward(retain_graph=True)
     np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0, 6.0])
     dv.optim.SGD(0.25, [w]).step()  # w changes in place; the graph still holds the old one
-    with pytest.raises(dv.BackwardError, match=r"multiply\d+GradNode.*its input .* was changed in place after "
-                                                r"the forward used it \(an optimizer step\?\): version 1, saved at 0"):
+    with pytest.raises(
+        dv.BackwardError,
+        match=r"multiply\d+GradNode.*its input .* was changed in place after "
+        r"the forward used it \(an optimizer step\?\): version 1, saved at 0",
+    ):
         loss.backward()  # (before: w.grad += 2 * new w, silently)
     np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0, 6.0])  # nothing ran: not even b's part
     np.testing.assert_array_equal(b.grad.numpy(), [2.0])

@@ -12,8 +12,12 @@ from distvlog.autograd.nodelog import grad_stats
 
 
 @settings(max_examples=60, deadline=None)
-@given(size=st.sampled_from([1, 7, 4096, (1 << 18) + 3, 600_001]), dtype=st.sampled_from(["float32", "float64"]),
-       seed=st.integers(0, 2**32 - 1), n_bad=st.integers(0, 3))
+@given(
+    size=st.sampled_from([1, 7, 4096, (1 << 18) + 3, 600_001]),
+    dtype=st.sampled_from(["float32", "float64"]),
+    seed=st.integers(0, 2**32 - 1),
+    n_bad=st.integers(0, 3),
+)
 def test_stats_match_a_float64_reference(size, dtype, seed, n_bad):
     rng = np.random.default_rng(seed)
     a = (rng.standard_normal(size) * 10 ** rng.uniform(-6, 6)).astype(dtype)
@@ -30,7 +34,7 @@ def test_stats_match_a_float64_reference(size, dtype, seed, n_bad):
         return
     tol = 1e-4 if dtype == "float32" else 1e-10
     assert s["min"] == finite.min() and s["max"] == finite.max()
-    assert s["norm"] == pytest.approx(np.sqrt((finite ** 2).sum()), rel=tol)
+    assert s["norm"] == pytest.approx(np.sqrt((finite**2).sum()), rel=tol)
     scale = np.abs(finite).mean()  # the mean of a zero-centred sample is tiny: compare on the values' scale
     assert abs(s["mean"] - finite.mean()) <= tol * scale
 
@@ -49,17 +53,25 @@ def test_an_integer_gradient_does_not_wrap_around():
     assert s["dtype"] == "int32" and s["checksum"] == xxhash.xxh3_64_hexdigest(a.tobytes())
 
 
-@pytest.mark.parametrize("a", [np.full(1000, 20.0, np.float16),  # squares beyond float16's 65504
-                               np.array([1e20, -1e20, 3.0], np.float32), np.array([1e200, -1e200], np.float64),
-                               np.array([1e200, np.nan, -np.inf, 1e200], np.float64)], ids=str)
+@pytest.mark.parametrize(
+    "a",
+    [
+        np.full(1000, 20.0, np.float16),  # squares beyond float16's 65504
+        np.array([1e20, -1e20, 3.0], np.float32),
+        np.array([1e200, -1e200], np.float64),
+        np.array([1e200, np.nan, -np.inf, 1e200], np.float64),
+    ],
+    ids=str,
+)
 def test_squares_beyond_the_dtype_range_still_give_the_finite_norm(a):
     with np.errstate(all="ignore"):
         s = grad_stats(a)
     ref = a.astype(np.float64)
     finite = ref[np.isfinite(ref)]
     assert (s["nan"], s["inf"]) == (np.isnan(ref).sum(), np.isinf(ref).sum())  # (diff said "clean": inf=0)
-    assert s["norm"] == pytest.approx(np.abs(finite).max() * np.sqrt(((finite / np.abs(finite).max()) ** 2).sum()),
-                                      rel=1e-6)
+    assert s["norm"] == pytest.approx(
+        np.abs(finite).max() * np.sqrt(((finite / np.abs(finite).max()) ** 2).sum()), rel=1e-6
+    )
 
 
 def test_the_mean_of_many_equal_float32_values_is_that_value():

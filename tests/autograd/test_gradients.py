@@ -22,12 +22,23 @@ def away_from_zero(*shape: int) -> np.ndarray:
 
 
 BINARY = [
-    ("add", lambda x, y: x + y), ("subtract", lambda x, y: x - y), ("multiply", lambda x, y: x * y),
-    ("divide", lambda x, y: x / y), ("add fn", dv.add), ("subtract fn", dv.subtract),
-    ("multiply fn", dv.multiply), ("divide fn", dv.divide),
+    ("add", lambda x, y: x + y),
+    ("subtract", lambda x, y: x - y),
+    ("multiply", lambda x, y: x * y),
+    ("divide", lambda x, y: x / y),
+    ("add fn", dv.add),
+    ("subtract fn", dv.subtract),
+    ("multiply fn", dv.multiply),
+    ("divide fn", dv.divide),
 ]
-BROADCAST_SHAPES = [((2, 3), (2, 3)), ((2, 3), (3,)), ((2, 1, 4), (3, 1)), ((1,), (2, 2)), ((), (2, 3)),
-                    ((4, 1), (1, 5))]
+BROADCAST_SHAPES = [
+    ((2, 3), (2, 3)),
+    ((2, 3), (3,)),
+    ((2, 1, 4), (3, 1)),
+    ((1,), (2, 2)),
+    ((), (2, 3)),
+    ((4, 1), (1, 5)),
+]
 
 
 @pytest.mark.parametrize("name,fn", BINARY, ids=[b[0] for b in BINARY])
@@ -36,16 +47,38 @@ def test_binary_with_broadcasting(name, fn, shapes):
     check_gradients(fn, r(*shapes[0]), away_from_zero(*shapes[1]))
 
 
-@pytest.mark.parametrize("fn", [lambda x: x * 3.0, lambda x: 2.0 - x, lambda x: 1.5 / x, lambda x: x / 4,
-                                lambda x: 3 + x, lambda x: -x, lambda x: x ** 3, lambda x: dv.pow(x, 2.5)],
-                         ids=["mul", "rsub", "rdiv", "div", "radd", "neg", "pow3", "pow2.5"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x * 3.0,
+        lambda x: 2.0 - x,
+        lambda x: 1.5 / x,
+        lambda x: x / 4,
+        lambda x: 3 + x,
+        lambda x: -x,
+        lambda x: x**3,
+        lambda x: dv.pow(x, 2.5),
+    ],
+    ids=["mul", "rsub", "rdiv", "div", "radd", "neg", "pow3", "pow2.5"],
+)
 def test_python_scalars(fn):
     check_gradients(fn, rng.uniform(0.5, 2.0, (2, 3)))
 
 
-@pytest.mark.parametrize("fn,low,high", [(dv.exp, -2, 2), (dv.log, 0.2, 3), (dv.sin, -3, 3), (dv.cos, -3, 3),
-                                         (dv.tanh, -2, 2), (F.relu, -2, 2), (F.sigmoid, -4, 4), (F.tanh, -2, 2)],
-                         ids=["exp", "log", "sin", "cos", "tanh", "relu", "sigmoid", "F.tanh"])
+@pytest.mark.parametrize(
+    "fn,low,high",
+    [
+        (dv.exp, -2, 2),
+        (dv.log, 0.2, 3),
+        (dv.sin, -3, 3),
+        (dv.cos, -3, 3),
+        (dv.tanh, -2, 2),
+        (F.relu, -2, 2),
+        (F.sigmoid, -4, 4),
+        (F.tanh, -2, 2),
+    ],
+    ids=["exp", "log", "sin", "cos", "tanh", "relu", "sigmoid", "F.tanh"],
+)
 def test_unary(fn, low, high):
     x = rng.uniform(low, high, (3, 4))
     if fn is F.relu:
@@ -53,9 +86,19 @@ def test_unary(fn, low, high):
     check_gradients(fn, x)
 
 
-@pytest.mark.parametrize("xs,ys", [((2, 3), (3, 4)), ((5, 2, 3), (3, 4)), ((2, 3), (5, 3, 4)),
-                                   ((2, 1, 2, 3), (4, 3, 2)), ((3,), (3, 4)), ((2, 3), (3,)), ((3,), (3,))],
-                         ids=str)
+@pytest.mark.parametrize(
+    "xs,ys",
+    [
+        ((2, 3), (3, 4)),
+        ((5, 2, 3), (3, 4)),
+        ((2, 3), (5, 3, 4)),
+        ((2, 1, 2, 3), (4, 3, 2)),
+        ((3,), (3, 4)),
+        ((2, 3), (3,)),
+        ((3,), (3,)),
+    ],
+    ids=str,
+)
 def test_matmul(xs, ys):
     check_gradients(lambda x, y: x @ y, r(*xs), r(*ys))
 
@@ -67,8 +110,9 @@ def test_matmul_transposed(tx, ty):
 
 
 @pytest.mark.parametrize("reduce", [dv.sum, dv.mean, dv.max])
-@pytest.mark.parametrize("axis,keepdim", [(None, False), (None, True), (0, False), (1, True), (-1, False),
-                                          ([0, 2], False), ((0, -1), True)])
+@pytest.mark.parametrize(
+    "axis,keepdim", [(None, False), (None, True), (0, False), (1, True), (-1, False), ([0, 2], False), ((0, -1), True)]
+)
 def test_reductions(reduce, axis, keepdim):
     x = rng.permutation(24).reshape(2, 3, 4) / 7.0  # distinct values: max has no ties
     check_gradients(lambda t: reduce(t, axis=axis, keepdim=keepdim), x)
@@ -81,16 +125,36 @@ def test_max_splits_gradient_between_ties():
 
 
 def test_tensor_methods():
-    check_gradients(lambda t: t.sum(axis=1).exp().mean() + t.max() + t.log().sin().cos().tanh().mean(),
-                    rng.uniform(0.5, 2, (2, 3)))
+    check_gradients(
+        lambda t: t.sum(axis=1).exp().mean() + t.max() + t.log().sin().cos().tanh().mean(), rng.uniform(0.5, 2, (2, 3))
+    )
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: dv.reshape(x, [4, 6]), lambda x: dv.reshape(x, [0, -1]), lambda x: x.reshape([24]),
-    lambda x: dv.transpose(x, [2, 0, 1]), lambda x: x.transpose([1, 2, 0]),
-    lambda x: x[0], lambda x: x[:, 1:3], lambda x: x[..., ::2], lambda x: x[dv.to_tensor([0, 1, 1])],
-], ids=["reshape", "reshape0", "reshape-method", "transpose", "transpose-method", "index", "slice", "step",
-        "fancy-repeat"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: dv.reshape(x, [4, 6]),
+        lambda x: dv.reshape(x, [0, -1]),
+        lambda x: x.reshape([24]),
+        lambda x: dv.transpose(x, [2, 0, 1]),
+        lambda x: x.transpose([1, 2, 0]),
+        lambda x: x[0],
+        lambda x: x[:, 1:3],
+        lambda x: x[..., ::2],
+        lambda x: x[dv.to_tensor([0, 1, 1])],
+    ],
+    ids=[
+        "reshape",
+        "reshape0",
+        "reshape-method",
+        "transpose",
+        "transpose-method",
+        "index",
+        "slice",
+        "step",
+        "fancy-repeat",
+    ],
+)
 def test_shape_ops(fn):
     check_gradients(fn, r(2, 3, 4))
 

@@ -61,18 +61,25 @@ def test_the_paddle_pull_request_example_logs_only_the_multiply_node(tmp_path):
     text = (tmp_path / "latest" / "rank-0.log").read_text()
     records = split_records(text)[1:]  # after the metadata record
     warnings = [r for r in records if r.startswith("W")]
-    assert len(warnings) == 2 and all("Got different data type, run type promotion automatically, this may "
-                                      "cause data type been changed." in w for w in warnings)
+    assert len(warnings) == 2 and all(
+        "Got different data type, run type promotion automatically, this may cause data type been changed." in w
+        for w in warnings
+    )
     node_lines = [r for r in records if not r.startswith("W")]
-    expected = [r"multiply1GradNode\(0x[0-9a-f]+\) begin run", r"=+Running_AD_API_GRAD: multiply_grad=+",
-                r"\{ Input: \[ .*\( grad_out , \[\{\s+Name: multiply1_out_float64_2x3@Grad",
-                r"=+Running_C\+\+_API: multiply_grad1=+", r"multiply_grad API kernel key: \[numpy, CPU, float64\]",
-                r'multiply_grad kernel: \{"input":\[', r"=+Finish_C\+\+_API: multiply_grad1=+",
-                r"Output: \[ .*\( grad_x , \[\{\s+Name: subtract1_out_float64_2x3@Grad.*"
-                r"\( grad_y , \[\{\s+Name: add1_out_float64_2x3@Grad",
-                r"=+Finish_AD_API_GRAD: multiply_grad=+",
-                r"multiply1GradNode\(0x[0-9a-f]+\) Found pending node: subtract1GradNode\(0x[0-9a-f]+\)",
-                r"multiply1GradNode\(0x[0-9a-f]+\) Found pending node: add1GradNode\(0x[0-9a-f]+\)"]
+    expected = [
+        r"multiply1GradNode\(0x[0-9a-f]+\) begin run",
+        r"=+Running_AD_API_GRAD: multiply_grad=+",
+        r"\{ Input: \[ .*\( grad_out , \[\{\s+Name: multiply1_out_float64_2x3@Grad",
+        r"=+Running_C\+\+_API: multiply_grad1=+",
+        r"multiply_grad API kernel key: \[numpy, CPU, float64\]",
+        r'multiply_grad kernel: \{"input":\[',
+        r"=+Finish_C\+\+_API: multiply_grad1=+",
+        r"Output: \[ .*\( grad_x , \[\{\s+Name: subtract1_out_float64_2x3@Grad.*"
+        r"\( grad_y , \[\{\s+Name: add1_out_float64_2x3@Grad",
+        r"=+Finish_AD_API_GRAD: multiply_grad=+",
+        r"multiply1GradNode\(0x[0-9a-f]+\) Found pending node: subtract1GradNode\(0x[0-9a-f]+\)",
+        r"multiply1GradNode\(0x[0-9a-f]+\) Found pending node: add1GradNode\(0x[0-9a-f]+\)",
+    ]
     assert len(node_lines) == len(expected), "\n".join(node_lines)
     for line, pattern in zip(node_lines, expected):
         assert re.search(pattern, line, re.S), f"{pattern!r} not in {line!r}"
@@ -254,8 +261,10 @@ def test_tags_live_on_the_node_so_nothing_stale_is_left():
 
 
 LEVEL_CONTENT = {  # level -> (text that must appear, text that must not)
-    3: (["Running_AD_API_GRAD", "Finish_AD_API_GRAD", "Name: "], ["begin run", "Tensor_Ptr", "kernel key",
-                                                                   "Found pending node"]),
+    3: (
+        ["Running_AD_API_GRAD", "Finish_AD_API_GRAD", "Name: "],
+        ["begin run", "Tensor_Ptr", "kernel key", "Found pending node"],
+    ),
     4: (["begin run", "Tensor_Ptr", "kernel key", "Found pending node"], ["TensorInfo", "grad_stats"]),
     5: (["TensorInfo", "grad_stats"], ["ADInfo", "Add grad_output_tensor", "Stats:"]),
     6: (["ADInfo", "Add grad_output_tensor"], ["grad inputs for", "Run Backward Kernel", "Value:"]),
@@ -296,8 +305,9 @@ def test_gradient_statistics_at_level_5_are_structured(records):
     with dv.backward_vlog_guard(5):
         y2 = x2 * dv.to_tensor(np.array([np.nan, np.inf]))
     y2.sum().backward()
-    bad = [r for r in records if r["event"] == "grad_stats" and r.get("node") == y2.grad_fn.name
-           and r["slot"] == "grad_x"][0]
+    bad = [
+        r for r in records if r["event"] == "grad_stats" and r.get("node") == y2.grad_fn.name and r["slot"] == "grad_x"
+    ][0]
     assert (bad["nan"], bad["inf"]) == (1, 1)
 
 

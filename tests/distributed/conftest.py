@@ -32,14 +32,17 @@ def run_mpi(tmp_path: Path):
 
     def run(n: int, mode: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         cmd = mpi_command(launcher, kind, n, {}, None) + [sys.executable, str(JOBS), mode, *args]
-        return subprocess.run(cmd, env=_env(tmp_path, env), cwd=tmp_path, capture_output=True, text=True,
-                              timeout=HANG_TIMEOUT_S)
+        return subprocess.run(
+            cmd, env=_env(tmp_path, env), cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S
+        )
+
     return run
 
 
 @pytest.fixture
 def rank_results(tmp_path: Path):
     """What each rank of the last mpi_jobs.py run wrote: {rank: fields}."""
+
     def read(proc: subprocess.CompletedProcess) -> dict[int, dict]:
         assert proc.returncode == 0, proc.stdout + proc.stderr  # the jobs catch their expected errors
         found = {int(p.stem[5:]): json.loads(p.read_text()) for p in (tmp_path / "results").glob("rank-*.json")}
@@ -47,15 +50,24 @@ def rank_results(tmp_path: Path):
         for p in (tmp_path / "results").glob("rank-*.json"):
             p.unlink()
         return found
+
     return read
 
 
 @pytest.fixture
 def run_cli(tmp_path: Path):
     """run_cli(*args, env={}) runs `python -m distvlog ARGS` in tmp_path."""
+
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "distvlog", *args], env=_env(tmp_path, env), cwd=tmp_path,
-                              capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+        return subprocess.run(
+            [sys.executable, "-m", "distvlog", *args],
+            env=_env(tmp_path, env),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=HANG_TIMEOUT_S,
+        )
+
     return run
 
 
@@ -65,9 +77,18 @@ def start_cli(tmp_path: Path):
     started: list[subprocess.Popen] = []
 
     def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        started.append(subprocess.Popen([sys.executable, "-m", "distvlog", *args], env=_env(tmp_path, env),
-                                        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "distvlog", *args],
+                env=_env(tmp_path, env),
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
         return started[-1]
+
     yield start
     for proc in started:
         proc.kill()

@@ -72,8 +72,11 @@ def train(model: dv.DataParallel, steps: int, nan_at: tuple[int, int] | None = N
 def mode_identical(overlap: str, bucket_bytes: str) -> None:
     """Train; report the digest and the raw parameters' hash so the test compares ranks itself."""
     dv.init()
-    model = dv.DataParallel(Params([(8, 16), (16, 4)], seed=dv.get_rank()), overlap=overlap == "overlap",
-                            comm_buffer_size=int(bucket_bytes) / 2**20)
+    model = dv.DataParallel(
+        Params([(8, 16), (16, 4)], seed=dv.get_rank()),
+        overlap=overlap == "overlap",
+        comm_buffer_size=int(bucket_bytes) / 2**20,
+    )
     train(model, 5)
     params = b"".join(p.numpy().tobytes() for p in model.parameters())
     say(digest=model.check_parameters(), buckets=len(model.buckets), params=hashlib.sha256(params).hexdigest())
@@ -135,8 +138,11 @@ def mode_frozen() -> None:
     model = dv.DataParallel(WithFrozen(seed=dv.get_rank()))
     train(model, 3)
     frozen = model.parameters()[2]
-    fields = dict(frozen=frozen.numpy().tolist(), digest=model.check_parameters(),
-                  reduced=[p.name for b in model.buckets for p in b.params])
+    fields = dict(
+        frozen=frozen.numpy().tolist(),
+        digest=model.check_parameters(),
+        reduced=[p.name for b in model.buckets for p in b.params],
+    )
     if dv.get_rank() == 1:
         frozen.numpy()[0] += 1.0
     try:

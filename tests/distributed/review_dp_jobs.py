@@ -34,8 +34,10 @@ def mode_finalize(kind: str, overlap: str) -> None:
     error = None
     try:
         debug = rank == 0 if kind == "debug1" else True
-        models = [dv.DataParallel(Params([(8, 16), (16, 4)], seed), debug=debug, overlap=overlap == "overlap")
-                  for seed in range(2 if kind == "second" else 1)]
+        models = [
+            dv.DataParallel(Params([(8, 16), (16, 4)], seed), debug=debug, overlap=overlap == "overlap")
+            for seed in range(2 if kind == "second" else 1)
+        ]
         for step in range(STEPS):
             for i, model in enumerate(models):
                 x = batch(rng)
@@ -93,8 +95,12 @@ def mode_unused(overlap: str, bucket_bytes: str) -> None:
     def digest(m: Partly) -> str:
         return hashlib.sha256(b"".join(p.numpy().tobytes() for p in m.ps)).hexdigest()
 
-    say(params=digest(model), reference=digest(ref), has_grad=has_grad,
-        unused_moved=float(np.abs(model.ps[3].numpy() - unused_before).max()))
+    say(
+        params=digest(model),
+        reference=digest(ref),
+        has_grad=has_grad,
+        unused_moved=float(np.abs(model.ps[3].numpy() - unused_before).max()),
+    )
     dv.finalize()
 
 

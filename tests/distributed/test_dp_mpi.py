@@ -22,8 +22,10 @@ def test_replicas_stay_bit_identical(run_mpi, rank_results, n, overlap, bucket_b
 
 
 def test_overlap_and_bucket_size_do_not_change_the_result(run_mpi, rank_results):
-    runs = [rank_results(run_mpi(2, "identical", overlap, size))[0]["params"]
-            for overlap, size in (("sync", "64"), ("overlap", "64"), ("sync", "100000"))]
+    runs = [
+        rank_results(run_mpi(2, "identical", overlap, size))[0]["params"]
+        for overlap, size in (("sync", "64"), ("overlap", "64"), ("sync", "100000"))
+    ]
     assert runs[0] == runs[1] == runs[2]
 
 
@@ -37,13 +39,21 @@ def every_rank_reports(got: dict, ranks: int, *phrases: str) -> None:
 
 def test_shape_mismatch_is_an_error_on_every_rank(run_mpi, rank_results):
     proc = run_mpi(4, "mismatch", "shape")
-    every_rank_reports(rank_results(proc), 4, "before the initial broadcast",
-                       "p0: [8, 16] float32 on ranks 0,2,3, [8, 12] float32 on rank 1")
+    every_rank_reports(
+        rank_results(proc),
+        4,
+        "before the initial broadcast",
+        "p0: [8, 16] float32 on ranks 0,2,3, [8, 12] float32 on rank 1",
+    )
 
 
 def test_a_parameter_frozen_on_some_ranks_only_is_an_error_on_every_rank(run_mpi, rank_results):
-    every_rank_reports(rank_results(run_mpi(2, "mismatch", "frozen")), 2, "before the initial broadcast",
-                       "frozen: [4] float32 frozen on rank 0, [4] float32 on rank 1")
+    every_rank_reports(
+        rank_results(run_mpi(2, "mismatch", "frozen")),
+        2,
+        "before the initial broadcast",
+        "frozen: [4] float32 frozen on rank 0, [4] float32 on rank 1",
+    )
 
 
 def test_frozen_parameters_are_broadcast_and_hashed_but_not_reduced(run_mpi, rank_results):
@@ -65,8 +75,11 @@ def test_nan_gradient_names_rank_step_parameter_and_node(run_mpi, rank_results):
     assert sorted(got) == [0, 1, 2, 3]
     for r in got.values():
         assert r["step"] == 2
-        assert re.search(r"rank 1 step 2: gradient of p1 has \d+ NaN and 0 Inf, produced by matmul\d+GradNode "
-                         r"\(forward at mpi_jobs.py:\d+\)", r["error"]), r["error"]
+        assert re.search(
+            r"rank 1 step 2: gradient of p1 has \d+ NaN and 0 Inf, produced by matmul\d+GradNode "
+            r"\(forward at mpi_jobs.py:\d+\)",
+            r["error"],
+        ), r["error"]
 
 
 @pytest.mark.parametrize("when,env,step", [("explicit", {}, 0), ("auto", {"DISTVLOG_DP_DEBUG": "1"}, 2)])
@@ -75,8 +88,10 @@ def test_parameter_hash_names_the_diverged_parameter_and_rank(run_mpi, rank_resu
     assert sorted(got) == [0, 1, 2, 3]
     for r in got.values():
         assert r["step"] == step  # debug mode checks at the forward of step 2 (every 2 steps)
-        assert f"parameters are not identical across replicas at step {step}: p1 differs on rank 2 " \
-               "(ranks 0,1,3 agree)" in r["error"]
+        assert (
+            f"parameters are not identical across replicas at step {step}: p1 differs on rank 2 "
+            "(ranks 0,1,3 agree)" in r["error"]
+        )
         assert "p0" not in r["error"]
 
 

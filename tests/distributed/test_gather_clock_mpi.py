@@ -64,8 +64,15 @@ def _allreduce_windows(jsonl: str) -> dict[tuple, tuple[int, int]]:
 
 def test_merged_timeline_is_causal_only_with_clock_correction(run_cli):
     skew = 50_000
-    proc = run_cli("launch", "-n", "4", str(REPO / "launch" / "train.py"), "--steps", "4",
-                   env={"DISTVLOG_SIMULATE_CLOCK_SKEW_US": str(skew)})
+    proc = run_cli(
+        "launch",
+        "-n",
+        "4",
+        str(REPO / "launch" / "train.py"),
+        "--steps",
+        "4",
+        env={"DISTVLOG_SIMULATE_CLOCK_SKEW_US": str(skew)},
+    )
     assert proc.returncode == 0, proc.stderr
     run_dir = re.search(r"distvlog launch: logs: (\S+)/ \(", proc.stderr).group(1)
     merged = {}

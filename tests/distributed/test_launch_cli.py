@@ -77,10 +77,13 @@ MPI.COMM_WORLD.Barrier()
 """
 
 
-@pytest.mark.parametrize("call, reason", [
-    ("sys.exit('rank 1: config file missing')", "exited with status 1: rank 1: config file missing"),
-    ("sys.exit(3)", "exited with status 3"),
-])
+@pytest.mark.parametrize(
+    "call, reason",
+    [
+        ("sys.exit('rank 1: config file missing')", "exited with status 1: rank 1: config file missing"),
+        ("sys.exit(3)", "exited with status 3"),
+    ],
+)
 def test_a_rank_that_exits_non_zero_is_named_with_its_reason(run_cli, tmp_path, call, reason):
     script = tmp_path / "exits.py"
     script.write_text(EXITING.format(exit=call))
@@ -88,8 +91,11 @@ def test_a_rank_that_exits_non_zero_is_named_with_its_reason(run_cli, tmp_path, 
     assert proc.returncode != 0
     assert f"distvlog launch: rank 1 failed: {reason} (exits.py:8)" in proc.stderr
     assert "no rank logged" not in proc.stderr
-    assert re.search(rf"^F\S+ \S+ \d+ exits.py:8\] \[rank 1\] {re.escape(reason)}$",
-                     (run_dir_of(proc) / "rank-1.log").read_text(), re.M)
+    assert re.search(
+        rf"^F\S+ \S+ \d+ exits.py:8\] \[rank 1\] {re.escape(reason)}$",
+        (run_dir_of(proc) / "rank-1.log").read_text(),
+        re.M,
+    )
 
 
 def test_a_script_that_never_logs_keeps_its_exit_code(run_cli, tmp_path):
@@ -101,14 +107,17 @@ def test_a_script_that_never_logs_keeps_its_exit_code(run_cli, tmp_path):
     assert "no rank wrote a log file" in proc.stderr and "nothing to merge" in proc.stderr
 
 
-@pytest.mark.parametrize("args,message", [
-    (["-n", "2", "no_such_script.py"], "script no_such_script.py: no such file"),
-    (["-n", "0", TRAIN], "-n 0: need at least one rank"),
-    (["-n", "2", "--mpirun", "no-such-mpirun", TRAIN], "--mpirun no-such-mpirun: not found"),
-    (["-n", "2", "--hostfile", "no_such_hosts", TRAIN], "--hostfile no_such_hosts: no such file"),
-    (["-n", "2", "/"], "script /: a directory"),
-    (["-n", "2", "--log-dir", TRAIN, TRAIN], f"--log-dir {TRAIN}: not a directory"),  # checked before the job
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-n", "2", "no_such_script.py"], "script no_such_script.py: no such file"),
+        (["-n", "0", TRAIN], "-n 0: need at least one rank"),
+        (["-n", "2", "--mpirun", "no-such-mpirun", TRAIN], "--mpirun no-such-mpirun: not found"),
+        (["-n", "2", "--hostfile", "no_such_hosts", TRAIN], "--hostfile no_such_hosts: no such file"),
+        (["-n", "2", "/"], "script /: a directory"),
+        (["-n", "2", "--log-dir", TRAIN, TRAIN], f"--log-dir {TRAIN}: not a directory"),  # checked before the job
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(run_cli, args, message):
     proc = run_cli("launch", *args)
     assert proc.returncode == 2
@@ -148,6 +157,7 @@ def test_a_hung_job_stopped_by_sigterm_keeps_its_logs_and_says_where_ranks_were(
     run_dir = run_dir_of(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     timeline = (run_dir / "timeline.log").read_text()
     assert "[rank 0] before the hang" in timeline and "[rank 1] before the hang" in timeline
+
     def located(severity: str, message: str) -> dict[int, int]:
         pattern = rf"^{severity}\S+ \S+ \d+ hung\.py:(\d+)\] \[rank (\d+)\] {message}"
         return {int(rank): int(line) for line, rank in re.findall(pattern, timeline, re.M)}

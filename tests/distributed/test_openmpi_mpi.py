@@ -14,8 +14,10 @@ from launch_testkit import TRAIN, losses, run_dir_of
 from distvlog.dist.launch import find_launcher, launcher_kind, launcher_libmpi
 
 OPENMPI = shutil.which("mpirun.openmpi")
-pytestmark = [pytest.mark.timeout(300),
-              pytest.mark.skipif(OPENMPI is None, reason="Open MPI (Debian's openmpi-bin) is not installed")]
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(OPENMPI is None, reason="Open MPI (Debian's openmpi-bin) is not installed"),
+]
 
 
 @pytest.fixture
@@ -42,11 +44,27 @@ def test_train_on_debian_openmpi(run_cli):
 
 
 def test_a_nan_on_one_openmpi_rank_is_named(run_cli):
-    proc = run_cli("launch", "--mpirun", "mpirun.openmpi", "-n", "2", TRAIN, "--steps", "4",
-                   "--inject-nan-rank", "1", "--inject-nan-step", "2", "--debug")
+    proc = run_cli(
+        "launch",
+        "--mpirun",
+        "mpirun.openmpi",
+        "-n",
+        "2",
+        TRAIN,
+        "--steps",
+        "4",
+        "--inject-nan-rank",
+        "1",
+        "--inject-nan-step",
+        "2",
+        "--debug",
+    )
     assert proc.returncode != 0
-    assert re.search(r"distvlog launch: ranks 0,1 failed: \S*DataParallelError: .* rank 1 step 2: gradient of "
-                     r"linear_1\.b_0 has 64 NaN", proc.stderr), proc.stderr
+    assert re.search(
+        r"distvlog launch: ranks 0,1 failed: \S*DataParallelError: .* rank 1 step 2: gradient of "
+        r"linear_1\.b_0 has 64 NaN",
+        proc.stderr,
+    ), proc.stderr
 
 
 def test_launch_refuses_mpich_mpirun_with_openmpi_libmpi(run_cli, mpich_with_openmpi_libmpi):
@@ -55,9 +73,14 @@ def test_launch_refuses_mpich_mpirun_with_openmpi_libmpi(run_cli, mpich_with_ope
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and re.fullmatch(
-        re.escape(f"distvlog launch: error: {launcher} is MPICH's launcher, but mpi4py loads ") + r"Open MPI v[\d.]+ "
-        + re.escape(f"(MPI4PY_LIBMPI={libmpi}): pass --mpirun with the launcher of that MPI, or set MPI4PY_LIBMPI "
-                    "to MPICH's libmpi.so.12"), lines[0]), proc.stderr
+        re.escape(f"distvlog launch: error: {launcher} is MPICH's launcher, but mpi4py loads ")
+        + r"Open MPI v[\d.]+ "
+        + re.escape(
+            f"(MPI4PY_LIBMPI={libmpi}): pass --mpirun with the launcher of that MPI, or set MPI4PY_LIBMPI "
+            "to MPICH's libmpi.so.12"
+        ),
+        lines[0],
+    ), proc.stderr
 
 
 def test_ranks_on_another_mpis_libmpi_stop_with_one_clear_error(run_mpi, tmp_path, mpich_with_openmpi_libmpi):
@@ -69,6 +92,11 @@ def test_ranks_on_another_mpis_libmpi_stop_with_one_clear_error(run_mpi, tmp_pat
     assert sorted(said) == ["rank-0.json", "rank-1.json"], proc.stderr
     for rank in (0, 1):
         assert re.search(
-            re.escape("InputError: launched by a PMI launcher (MPICH's or Intel MPI's mpirun, srun --mpi=pmi2) as "
-                      f"rank {rank} of 2, but mpi4py loaded Open MPI v") + r"[\d.]+ \(\S+libmpi\.so[.\d]*\), "
-            r"whose COMM_WORLD has 1 rank: ", said[f"rank-{rank}.json"]), said
+            re.escape(
+                "InputError: launched by a PMI launcher (MPICH's or Intel MPI's mpirun, srun --mpi=pmi2) as "
+                f"rank {rank} of 2, but mpi4py loaded Open MPI v"
+            )
+            + r"[\d.]+ \(\S+libmpi\.so[.\d]*\), "
+            r"whose COMM_WORLD has 1 rank: ",
+            said[f"rank-{rank}.json"],
+        ), said

@@ -32,17 +32,29 @@ def run_job(tmp_path: Path):
         full = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
         full.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp_path / "logs"), **(env or {}))
         return subprocess.run(cmd, env=full, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+
     return run
 
 
 # -- 1: dv.finalize() joins debug mode's checks ----------------------------------------------------------------
-@pytest.mark.parametrize("kind,overlap,where", [
-    ("skip", "sync", "at allreduce of bucket 0 of step 2 of DataParallel 0 on rank 0, at dv.finalize() on rank 1"),
-    ("skip", "overlap", "at allreduce of bucket 0 of step 2 of DataParallel 0 on rank 0, at dv.finalize() on rank 1"),
-    ("extra", "sync", "at dv.finalize() on rank 0, at allreduce of bucket 0 of step 3 of DataParallel 0 on rank 1"),
-    ("second", "sync", "at allreduce of bucket 0 of step 2 of DataParallel 1 on rank 0, at dv.finalize() on rank 1"),
-    ("debug1", "sync", "at the initial broadcast in debug mode on rank 0, at the initial broadcast on rank 1"),
-])
+@pytest.mark.parametrize(
+    "kind,overlap,where",
+    [
+        ("skip", "sync", "at allreduce of bucket 0 of step 2 of DataParallel 0 on rank 0, at dv.finalize() on rank 1"),
+        (
+            "skip",
+            "overlap",
+            "at allreduce of bucket 0 of step 2 of DataParallel 0 on rank 0, at dv.finalize() on rank 1",
+        ),
+        ("extra", "sync", "at dv.finalize() on rank 0, at allreduce of bucket 0 of step 3 of DataParallel 0 on rank 1"),
+        (
+            "second",
+            "sync",
+            "at allreduce of bucket 0 of step 2 of DataParallel 1 on rank 0, at dv.finalize() on rank 1",
+        ),
+        ("debug1", "sync", "at the initial broadcast in debug mode on rank 0, at the initial broadcast on rank 1"),
+    ],
+)
 def test_a_rank_elsewhere_than_finalize_is_an_error_on_every_rank(run_job, rank_results, kind, overlap, where):
     got = rank_results(run_job(2, "finalize", kind, overlap))
     assert sorted(got) == [0, 1]
@@ -75,13 +87,16 @@ def test_unused_parameters_match_a_single_process_reference(run_job, rank_result
 
 
 # -- 4: constructor arguments ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs,message", [
-    ({"check_every": 0}, "check_every must be an integer >= 1 (steps between parameter hash checks), got 0"),
-    ({"check_every": 2.5}, "check_every must be an integer >= 1 (steps between parameter hash checks), got 2.5"),
-    ({"comm_buffer_size": 0}, "comm_buffer_size must be a positive number of MB, got 0"),
-    ({"comm_buffer_size": float("inf")}, "comm_buffer_size must be a positive number of MB, got inf"),
-    ({"comm_buffer_size": "25"}, "comm_buffer_size must be a positive number of MB, got '25'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"check_every": 0}, "check_every must be an integer >= 1 (steps between parameter hash checks), got 0"),
+        ({"check_every": 2.5}, "check_every must be an integer >= 1 (steps between parameter hash checks), got 2.5"),
+        ({"comm_buffer_size": 0}, "comm_buffer_size must be a positive number of MB, got 0"),
+        ({"comm_buffer_size": float("inf")}, "comm_buffer_size must be a positive number of MB, got inf"),
+        ({"comm_buffer_size": "25"}, "comm_buffer_size must be a positive number of MB, got '25'"),
+    ],
+)
 def test_bad_constructor_arguments_are_named_before_any_communication(kwargs, message):
     with pytest.raises(ValueError) as info:
         dv.DataParallel(dv.nn.Linear(2, 2), debug=True, **kwargs)
@@ -96,5 +111,7 @@ def test_boolean_variables_mean_what_they_say(run_job, rank_results):
     expected = [True] * 4 + [False] * 5
     assert got == {"debug": expected, "echo": expected}
     for name in ("DISTVLOG_DP_DEBUG", "DISTVLOG_ALSOLOGTOSTDERR"):
-        assert f"distvlog: ignoring {name}='maybe': not one of 1/true/yes/on or 0/false/no/off (using False)\n" \
-               in proc.stderr
+        assert (
+            f"distvlog: ignoring {name}='maybe': not one of 1/true/yes/on or 0/false/no/off (using False)\n"
+            in proc.stderr
+        )

@@ -46,12 +46,17 @@ while not os.path.exists(sys.argv[1]):
 LAZY_LOGGING = 'import distvlog as dv\ndv.get_logger("job").info("started")'
 
 
-@pytest.mark.parametrize("prologue, failure, rc, reason", [
-    ("", "sys.exit(3)", 3, "exited with status 3"),  # no distvlog, no MPI in the script
-    (LAZY_LOGGING, "raise ValueError('late boom on rank 1')", 1, "ValueError: late boom on rank 1"),
-], ids=["plain-exit", "lazy-logging-raise"])
-def test_a_rank_failing_after_the_others_ended_without_mpi_ends_the_job(run_cli, tmp_path, prologue, failure,
-                                                                        rc, reason):
+@pytest.mark.parametrize(
+    "prologue, failure, rc, reason",
+    [
+        ("", "sys.exit(3)", 3, "exited with status 3"),  # no distvlog, no MPI in the script
+        (LAZY_LOGGING, "raise ValueError('late boom on rank 1')", 1, "ValueError: late boom on rank 1"),
+    ],
+    ids=["plain-exit", "lazy-logging-raise"],
+)
+def test_a_rank_failing_after_the_others_ended_without_mpi_ends_the_job(
+    run_cli, tmp_path, prologue, failure, rc, reason
+):
     script = tmp_path / "late.py"
     code = AFTER_RANK_0.format(prologue=prologue, failure=failure)
     script.write_text(code)
@@ -78,8 +83,10 @@ def test_a_rank_failing_before_mpi_ends_the_ranks_waiting_in_mpi_init(run_cli, t
     script.write_text(BEFORE_RANK_0)
     proc = run_cli("launch", "-n", "2", str(script))
     assert proc.returncode != 0 and not _found(proc.stdout, "rank 0 initialised")
-    assert (f"distvlog launch: rank 1 failed: ValueError: no data on rank 1 (early.py:{_line(BEFORE_RANK_0, '@raise')})"
-            in proc.stderr)
+    assert (
+        f"distvlog launch: rank 1 failed: ValueError: no data on rank 1 (early.py:{_line(BEFORE_RANK_0, '@raise')})"
+        in proc.stderr
+    )
 
 
 HUNG_IN_PYTHON = """
@@ -101,8 +108,9 @@ for step in range(3):
 """
 
 
-def _signal_once_ready(start_cli, tmp_path: Path, name: str, code: str, signum: int,
-                       settle_s: float = 0.0) -> tuple[subprocess.Popen, str]:
+def _signal_once_ready(
+    start_cli, tmp_path: Path, name: str, code: str, signum: int, settle_s: float = 0.0
+) -> tuple[subprocess.Popen, str]:
     """`distvlog launch -n 2` of `code`, signalled once both ranks touched their ready file (and `settle_s`
     later); the launch process and its stderr once it ended."""
     script = tmp_path / name
@@ -122,19 +130,27 @@ def test_sigterm_to_a_job_hung_in_python_and_in_c_says_where_each_rank_was(start
     """Rank 1 runs Python, so SIGTERM's handler runs in it at once and would end it, and the launcher would
     then kill rank 0 before its watcher could log where it was blocked: the handler logs where rank 1 was
     and holds the exit for a moment."""
-    proc, err = _signal_once_ready(start_cli, tmp_path, "hang.py", HUNG_IN_PYTHON, signal.SIGTERM,
-                                   settle_s=0.5)  # (not a speed limit: lets rank 0 enter the allreduce)
+    proc, err = _signal_once_ready(
+        start_cli, tmp_path, "hang.py", HUNG_IN_PYTHON, signal.SIGTERM, settle_s=0.5
+    )  # (not a speed limit: lets rank 0 enter the allreduce)
     assert proc.returncode != 0
-    assert (f"distvlog launch: rank 1: SIGTERM found its main thread running Python at "
-            f"hang.py:{_line(HUNG_IN_PYTHON, '@loop')}") in err
-    assert (f"distvlog launch: rank 0: SIGTERM found its main thread blocked in C at "
-            f"hang.py:{_line(HUNG_IN_PYTHON, '@allreduce')}") in err
+    assert (
+        f"distvlog launch: rank 1: SIGTERM found its main thread running Python at "
+        f"hang.py:{_line(HUNG_IN_PYTHON, '@loop')}"
+    ) in err
+    assert (
+        f"distvlog launch: rank 0: SIGTERM found its main thread blocked in C at "
+        f"hang.py:{_line(HUNG_IN_PYTHON, '@allreduce')}"
+    ) in err
     assert not _found(err, "before its script", "ended before"), err  # both said where they were
     run_dir = run_dir_of(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
     rank1 = (run_dir / "rank-1.log").read_text()
-    assert re.search(r"^W\S+ \S+ \d+ hang\.py:\d+\] \[rank 1\] SIGTERM arrived while the main thread was running "
-                     r"Python, at \(most recent call last\):.*\n(  .*\n)*    while True: sum\(range\(1000\)\)",
-                     rank1, re.M), rank1
+    assert re.search(
+        r"^W\S+ \S+ \d+ hang\.py:\d+\] \[rank 1\] SIGTERM arrived while the main thread was running "
+        r"Python, at \(most recent call last\):.*\n(  .*\n)*    while True: sum\(range\(1000\)\)",
+        rank1,
+        re.M,
+    ), rank1
 
 
 LOOPING = """
@@ -158,13 +174,19 @@ def test_ctrl_c_to_a_job_names_where_it_found_each_rank_without_tracebacks(start
     assert proc.returncode == 130, err
     for rank in (0, 1):
         assert f"distvlog: rank {rank}: KeyboardInterrupt at loop.py:{line}\n" in err
-    assert f"distvlog launch: ranks 0,1: KeyboardInterrupt found its main thread running Python at loop.py:{line}\n" in err
+    assert (
+        f"distvlog launch: ranks 0,1: KeyboardInterrupt found its main thread running Python at loop.py:{line}\n" in err
+    )
     assert not _found(err, "Traceback", "before its script", "ended before"), err
     run_dir = run_dir_of(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
     for rank in (0, 1):
         log = (run_dir / f"rank-{rank}.log").read_text()
-        record = re.search(rf"^W\S+ \S+ \d+ loop\.py:{line}\] \[rank {rank}\] KeyboardInterrupt arrived while the main "
-                           r"thread was running Python, at \(most recent call last\):\n((?:  .*\n)*)", log, re.M)
+        record = re.search(
+            rf"^W\S+ \S+ \d+ loop\.py:{line}\] \[rank {rank}\] KeyboardInterrupt arrived while the main "
+            r"thread was running Python, at \(most recent call last\):\n((?:  .*\n)*)",
+            log,
+            re.M,
+        )
         assert record and "    time.sleep(0.01)  # @sleep\n" in record.group(1), log
         # the user's frames: not the runner's, nor those of the signal handler it was raised in
         assert re.findall(r'File "([^"]+)"', record.group(1)) == [str(script)], record.group(1)
@@ -198,8 +220,12 @@ def test_a_rank_killed_by_a_signal_is_named_with_its_pid(run_cli, tmp_path, fmt)
     run_dir = run_dir_of(proc)
     suffix = ".log" if fmt == "glog" else ".jsonl"
     pid = _meta_pid((run_dir / f"rank-1{suffix}").read_text())
-    assert re.search(rf"^distvlog launch: rank 1 \(pid {pid}\): its log ends at \d\d:\d\d:\d\d\.\d{{6}}, before its "
-                     r"script ended: killed by a signal or os._exit\(\)\?$", proc.stderr, re.M), proc.stderr
+    assert re.search(
+        rf"^distvlog launch: rank 1 \(pid {pid}\): its log ends at \d\d:\d\d:\d\d\.\d{{6}}, before its "
+        r"script ended: killed by a signal or os._exit\(\)\?$",
+        proc.stderr,
+        re.M,
+    ), proc.stderr
     assert not _found(proc.stderr, "launch: rank 0 (pid", "ranks 0,1"), proc.stderr  # rank 0 ended normally
 
 
@@ -224,13 +250,16 @@ def test_ranks_killed_together_are_named_without_blaming_one(run_cli, tmp_path):
     script.write_text(OS_EXIT)
     proc = run_cli("launch", "-n", "2", str(script))
     assert proc.returncode == 5
-    assert ("distvlog launch: ranks 0,1 ended before their scripts did: one was killed by a signal or called "
-            "os._exit(), then the launcher killed the others") in proc.stderr
+    assert (
+        "distvlog launch: ranks 0,1 ended before their scripts did: one was killed by a signal or called "
+        "os._exit(), then the launcher killed the others"
+    ) in proc.stderr
     run_dir = run_dir_of(proc)
     for rank in (0, 1):
         pid = _meta_pid((run_dir / f"rank-{rank}.log").read_text())
-        assert re.search(rf"^distvlog launch: rank {rank} \(pid {pid}\): its log ends at \d\d:\d\d:\d\d\.\d{{6}}$",
-                         proc.stderr, re.M), proc.stderr
+        assert re.search(
+            rf"^distvlog launch: rank {rank} \(pid {pid}\): its log ends at \d\d:\d\d:\d\d\.\d{{6}}$", proc.stderr, re.M
+        ), proc.stderr
 
 
 FAILING = """
@@ -254,8 +283,10 @@ def test_ranks_killed_after_another_failed_or_ended_normally_are_not_named(run_c
     script = tmp_path / "fail.py"
     script.write_text(FAILING)
     failed = run_cli("launch", "-n", "2", str(script))
-    assert f"distvlog launch: rank 1 failed: ValueError: boom on rank 1 (fail.py:{_line(FAILING, '@raise')})" \
+    assert (
+        f"distvlog launch: rank 1 failed: ValueError: boom on rank 1 (fail.py:{_line(FAILING, '@raise')})"
         in failed.stderr
+    )
     assert not _found(failed.stderr, "before its script", "ended before"), failed.stderr
     script.write_text(ENDING)
     fine = run_cli("launch", "-n", "2", str(script))
@@ -264,11 +295,17 @@ def test_ranks_killed_after_another_failed_or_ended_normally_are_not_named(run_c
         assert (run_dir_of(fine) / f"rank-{rank}.log").read_text().endswith(f"] [rank {rank}] the script ended\n")
 
 
-@pytest.mark.parametrize("init, hint", [
-    ("run_id='myrun'", "latest now points to {logs}/myrun, written during this job: a script that passes run_id= "
-                       "to dv.init() logs there instead (distvlog merge {logs}/myrun)"),
-    ("log_dir='elsewhere'", "a script that passes run_id= or log_dir= to dv.init() logs where those say, not here"),
-])
+@pytest.mark.parametrize(
+    "init, hint",
+    [
+        (
+            "run_id='myrun'",
+            "latest now points to {logs}/myrun, written during this job: a script that passes run_id= "
+            "to dv.init() logs there instead (distvlog merge {logs}/myrun)",
+        ),
+        ("log_dir='elsewhere'", "a script that passes run_id= or log_dir= to dv.init() logs where those say, not here"),
+    ],
+)
 def test_a_script_choosing_its_own_run_or_log_dir_is_told_where_its_logs_went(run_cli, tmp_path, init, hint):
     script = tmp_path / "own.py"
     script.write_text(f"import distvlog as dv\ndv.init({init})\ndv.get_logger('job').info('hi')\n")
@@ -278,19 +315,31 @@ def test_a_script_choosing_its_own_run_or_log_dir_is_told_where_its_logs_went(ru
     assert hint.format(logs=(tmp_path / "logs").resolve()) in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--guard-level", "-1"], "--guard-level -1: must be at least 0"),
-    (["--bucket-mb", "-1"], "--bucket-mb -1.0: must be positive"),
-    (["--lr", "0"], "--lr 0.0: must be positive"),
-    (["--inject-nan-rank", "0", "--inject-nan-step", "9"], "--inject-nan-step 9: beyond the last step, 2 (--steps 3)"),
-    (["--inject-nan-rank", "0"], "--inject-nan-step 3 (the default): beyond the last step, 2 (--steps 3)"),
-    (["--inject-nan-step", "1"], "--inject-nan-step 1: needs --inject-nan-rank"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--guard-level", "-1"], "--guard-level -1: must be at least 0"),
+        (["--bucket-mb", "-1"], "--bucket-mb -1.0: must be positive"),
+        (["--lr", "0"], "--lr 0.0: must be positive"),
+        (
+            ["--inject-nan-rank", "0", "--inject-nan-step", "9"],
+            "--inject-nan-step 9: beyond the last step, 2 (--steps 3)",
+        ),
+        (["--inject-nan-rank", "0"], "--inject-nan-step 3 (the default): beyond the last step, 2 (--steps 3)"),
+        (["--inject-nan-step", "1"], "--inject-nan-step 1: needs --inject-nan-rank"),
+    ],
+)
 def test_train_refuses_bad_values_as_argparse_does(tmp_path, args, message):
     """Checked before MPI starts: `python train.py` alone shows it."""
     env = {**os.environ, "PYTHONPATH": str(Path(TRAIN).parents[1]), "DISTVLOG_LOG_DIR": str(tmp_path / "logs")}
-    proc = subprocess.run([sys.executable, TRAIN, "--steps", "3", *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, TRAIN, "--steps", "3", *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == f"train.py: error: {message}", proc.stderr
 

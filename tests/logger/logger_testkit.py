@@ -22,11 +22,15 @@ REPO = Path(__file__).resolve().parents[2]
 HANG_TIMEOUT_S = 120
 # The glog prefix, exactly (issue 3), and the same with its parts captured.
 GLOG_PREFIX = re.compile(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6} \d+ [^:]+:\d+\] \[rank \d+\] ")
-GLOG_RECORD = re.compile(r"^(?P<severity>[IWEF])(?P<mmdd>\d{4}) (?P<hms>\d{2}:\d{2}:\d{2})\.(?P<us>\d{6}) "
-                         r"(?P<tid>\d+) (?P<file>[^:]+):(?P<line>\d+)\] \[rank (?P<rank>\d+)\] (?P<first>.*)$")
-HEADER = (re.compile(r"^Log file created at: \d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}$"),
-          re.compile(r"^Running on machine: \S+$"),
-          re.compile(r"^Log line format: \[IWEF\]mmdd hh:mm:ss\.uuuuuu threadid file:line\] msg$"))
+GLOG_RECORD = re.compile(
+    r"^(?P<severity>[IWEF])(?P<mmdd>\d{4}) (?P<hms>\d{2}:\d{2}:\d{2})\.(?P<us>\d{6}) "
+    r"(?P<tid>\d+) (?P<file>[^:]+):(?P<line>\d+)\] \[rank (?P<rank>\d+)\] (?P<first>.*)$"
+)
+HEADER = (
+    re.compile(r"^Log file created at: \d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}$"),
+    re.compile(r"^Running on machine: \S+$"),
+    re.compile(r"^Log line format: \[IWEF\]mmdd hh:mm:ss\.uuuuuu threadid file:line\] msg$"),
+)
 META_PREFIX = "distvlog-meta "
 # Variables that would make a test process think it is some launcher's rank, or change the logger's setup.
 _FOREIGN_ENV = ("DISTVLOG_", "GLOG_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_")
@@ -76,13 +80,25 @@ def read_glog(path: Path) -> GlogFile:
         if match:
             assert GLOG_PREFIX.match(line)
             g = match.groupdict()
-            records.append(Record(g["severity"], g["mmdd"], g["hms"], g["us"], int(g["tid"]), g["file"],
-                                  int(g["line"]), int(g["rank"]), g["first"], lineno=number))
+            records.append(
+                Record(
+                    g["severity"],
+                    g["mmdd"],
+                    g["hms"],
+                    g["us"],
+                    int(g["tid"]),
+                    g["file"],
+                    int(g["line"]),
+                    int(g["rank"]),
+                    g["first"],
+                    lineno=number,
+                )
+            )
         else:
             assert records, f"line {number} of {path} is outside any record: {line!r}"
             records[-1].more.append(line)
     assert records and records[0].first.startswith(META_PREFIX), f"{path} has no meta record"
-    meta = json.loads(records[0].first[len(META_PREFIX):])
+    meta = json.loads(records[0].first[len(META_PREFIX) :])
     return GlogFile(lines[:3], meta, records[1:])
 
 
@@ -155,12 +171,25 @@ class Scripts(LogDir):
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return clean_env(self.log_dir, extra)
 
-    def run(self, code: str, env: dict[str, str] | None = None, *, rc: int | None = 0, name: str = "script.py",
-            timeout: float = HANG_TIMEOUT_S) -> Run:
+    def run(
+        self,
+        code: str,
+        env: dict[str, str] | None = None,
+        *,
+        rc: int | None = 0,
+        name: str = "script.py",
+        timeout: float = HANG_TIMEOUT_S,
+    ) -> Run:
         """Run `code` as `name` to completion; `rc` is the expected return code (None: any)."""
         script = self.write(code, name)
-        proc = subprocess.run([sys.executable, str(script)], env=self.env(env), cwd=self.tmp,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            env=self.env(env),
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if rc is not None:
             assert proc.returncode == rc, f"rc {proc.returncode} != {rc}\n{proc.stdout}\n{proc.stderr}"
         return Run(proc, self.log_dir)
@@ -168,8 +197,14 @@ class Scripts(LogDir):
     def start(self, code: str, env: dict[str, str] | None = None, *, name: str = "script.py") -> subprocess.Popen:
         """Start `code` as `name`; its stdout is a text pipe (see wait_for_line)."""
         script = self.write(code, name)
-        return subprocess.Popen([sys.executable, str(script)], env=self.env(env), cwd=self.tmp,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, str(script)],
+            env=self.env(env),
+            cwd=self.tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 def wait_for_line(proc: subprocess.Popen, prefix: str) -> str:
@@ -178,8 +213,7 @@ def wait_for_line(proc: subprocess.Popen, prefix: str) -> str:
         if line.startswith(prefix):
             return line.strip()
     proc.wait(timeout=HANG_TIMEOUT_S)
-    raise AssertionError(f"{proc.args} ended (rc {proc.returncode}) before printing {prefix!r}: "
-                         f"{proc.stderr.read()}")
+    raise AssertionError(f"{proc.args} ended (rc {proc.returncode}) before printing {prefix!r}: {proc.stderr.read()}")
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str, str]:

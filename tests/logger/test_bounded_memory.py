@@ -3,7 +3,7 @@ margin of the peak after the first tenth."""
 
 from __future__ import annotations
 
-MANY = '''
+MANY = """
 import resource
 import numpy as np
 import distvlog.logger as dlog
@@ -18,7 +18,7 @@ for i in range(N):
     if i + 1 in (N // 10, N):
         peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB
 print(*peaks)
-'''
+"""
 MARGIN_KIB = 4 * 1024  # a leak of 16 bytes per record would be 4.3 MB over the last 270,000 records
 
 
@@ -26,5 +26,8 @@ def test_memory_stays_bounded(scripts):
     run = scripts.run(MANY)
     tenth, full = map(int, run.proc.stdout.split())
     assert full - tenth < MARGIN_KIB, f"peak RSS grew from {tenth} KiB to {full} KiB"
-    assert run.only_file().read_bytes().endswith(b"] [rank 0] step 299999 done step=299999 loss=149999.5 "
-                                                  b"shape=[299999,3]\n")
+    assert (
+        run.only_file()
+        .read_bytes()
+        .endswith(b"] [rank 0] step 299999 done step=299999 loss=149999.5 shape=[299999,3]\n")
+    )

@@ -21,7 +21,7 @@ def _ids(records) -> list[int]:
     return ids
 
 
-LOOP = '''
+LOOP = """
 import signal, sys
 import distvlog.logger as dlog
 {prologue}
@@ -32,22 +32,26 @@ while True:
     i += 1
     if i == 2000:
         print("ready", flush=True)
-'''
+"""
 ONE_LINE = 'f"record {i}"'
 THREE_LINES = 'f"record {i}\\n  detail {i}\\n  end {i}"'
-MY_HANDLER = '''
+MY_HANDLER = """
 def mine(signum, frame):
     print("my handler ran", flush=True)
     sys.exit(3)
 signal.signal(signal.SIGTERM, mine)
-'''
+"""
 
 
-@pytest.mark.parametrize("signum, prologue, rc", [
-    (signal.SIGTERM, "", -signal.SIGTERM),
-    (signal.SIGINT, "", -signal.SIGINT),  # KeyboardInterrupt, then Python exits by SIGINT
-    (signal.SIGTERM, MY_HANDLER, 3),  # the handler that was there before ours runs after the flush
-], ids=["SIGTERM", "SIGINT", "SIGTERM-chained"])
+@pytest.mark.parametrize(
+    "signum, prologue, rc",
+    [
+        (signal.SIGTERM, "", -signal.SIGTERM),
+        (signal.SIGINT, "", -signal.SIGINT),  # KeyboardInterrupt, then Python exits by SIGINT
+        (signal.SIGTERM, MY_HANDLER, 3),  # the handler that was there before ours runs after the flush
+    ],
+    ids=["SIGTERM", "SIGINT", "SIGTERM-chained"],
+)
 def test_a_signal_mid_run_loses_nothing(scripts, signum, prologue, rc):
     proc = scripts.start(LOOP.format(prologue=prologue, message=ONE_LINE))
     wait_for_line(proc, "ready")
@@ -60,7 +64,7 @@ def test_a_signal_mid_run_loses_nothing(scripts, signum, prologue, rc):
     assert ("my handler ran" in out) == bool(prologue)
 
 
-SIGNAL_IN_CRITICAL_SECTION = '''
+SIGNAL_IN_CRITICAL_SECTION = """
 import os, signal, time
 import distvlog.logger as dlog
 from distvlog.logger._sink import SINK
@@ -75,22 +79,25 @@ SINK._flush_locked = interrupted
 {call}
 print("the signal was lost", flush=True)
 time.sleep(10)
-'''
+"""
 
 
-@pytest.mark.parametrize("signum, call", [
-    ("SIGTERM", "dlog.flush()"),  # the engine flushes at the end of every backward pass
-    ("SIGINT", "dlog.flush()"),
-    ("SIGTERM", 'log.warning("urgent")'),
-    ("SIGINT", 'log.warning("urgent")'),
-])
+@pytest.mark.parametrize(
+    "signum, call",
+    [
+        ("SIGTERM", "dlog.flush()"),  # the engine flushes at the end of every backward pass
+        ("SIGINT", "dlog.flush()"),
+        ("SIGTERM", 'log.warning("urgent")'),
+        ("SIGINT", 'log.warning("urgent")'),
+    ],
+)
 def test_a_signal_inside_the_sinks_critical_section_is_delivered_after_it(scripts, signum, call):
     run = scripts.run(SIGNAL_IN_CRITICAL_SECTION.format(signal=signum, call=call), rc=-getattr(signal, signum))
     assert "lost" not in run.proc.stdout
     assert [r.first for r in run.records()] == ["before"] + (["urgent"] if "warning" in call else [])
 
 
-SIGNAL_IN_A_BATCH = '''
+SIGNAL_IN_A_BATCH = """
 import os, signal
 import distvlog.logger as dlog
 from distvlog.logger._logger import LineWriter
@@ -112,18 +119,22 @@ with SINK.signals_held:
         pass
     writer.lines(records)
 print("the signal was lost", flush=True)
-'''
+"""
 
 
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
 def test_a_signal_inside_a_batch_is_handled_once_its_records_are_written(scripts, signum):
     run = scripts.run(SIGNAL_IN_A_BATCH.format(signal=signum), rc=-getattr(signal, signum))
     assert "lost" not in run.proc.stdout
-    assert [r.first for r in run.records()] == ["before node=n v=4", "held 1 node=n v=4", "held 2 node=n v=4",
-                                                "held 3 node=n v=4"]
+    assert [r.first for r in run.records()] == [
+        "before node=n v=4",
+        "held 1 node=n v=4",
+        "held 2 node=n v=4",
+        "held 3 node=n v=4",
+    ]
 
 
-BLOCKED_IN_C = '''
+BLOCKED_IN_C = """
 from mpi4py import MPI
 import distvlog.logger as dlog
 dlog.get_logger().info("before")  # @before
@@ -132,7 +143,7 @@ try:
     MPI.COMM_SELF.recv(source=0)  # no one sends: blocked in C for good  # @recv
 except KeyboardInterrupt:
     print("the KeyboardInterrupt was raised", flush=True)
-'''
+"""
 
 
 def test_signals_to_a_process_blocked_in_c(scripts):
@@ -154,10 +165,17 @@ def test_signals_to_a_process_blocked_in_c(scripts):
     records = [(r.severity, r.line, r.first) for r in scripts.records()]
     line = line_of(BLOCKED_IN_C, "recv")
     arrived = "arrived while the main thread was blocked in C, at (most recent call last):"
-    assert records == [("I", line_of(BLOCKED_IN_C, "before"), "before"), ("W", line, f"SIGINT {arrived}"),
-                       ("W", line, f"SIGTERM {arrived}"),
-                       ("F", line, "SIGTERM: the main thread did not return to Python within 3 s (blocked in C, "
-                                   "such as an MPI call that cannot complete); exited with status 143")]
+    assert records == [
+        ("I", line_of(BLOCKED_IN_C, "before"), "before"),
+        ("W", line, f"SIGINT {arrived}"),
+        ("W", line, f"SIGTERM {arrived}"),
+        (
+            "F",
+            line,
+            "SIGTERM: the main thread did not return to Python within 3 s (blocked in C, "
+            "such as an MPI call that cannot complete); exited with status 143",
+        ),
+    ]
     assert scripts.records()[1].more[-1].strip().startswith("MPI.COMM_SELF.recv(source=0)")  # the stack's last line
 
 
@@ -173,7 +191,7 @@ def test_sigkill_leaves_only_whole_records(scripts):
     assert all(r.more == [f"  detail {i}", f"  end {i}"] for i, r in zip(ids, records))
 
 
-BACKWARD = '''
+BACKWARD = """
 import distvlog as dv
 x = dv.randn([3, 4])
 x.stop_gradient = False
@@ -183,7 +201,7 @@ x.register_hook(hook)
 with dv.backward_vlog_guard(4):
     loss = (x * 2).sum()
     loss.backward()
-'''
+"""
 
 
 def test_an_exception_mid_backward_leaves_its_traceback(scripts):
@@ -197,19 +215,22 @@ def test_an_exception_mid_backward_leaves_its_traceback(scripts):
     assert last.more[-1].startswith("distvlog.autograd.engine.BackwardError:")
 
 
-INSIDE_DISTVLOG = ['''
+INSIDE_DISTVLOG = [
+    """
 import distvlog as dv
 def configure():
     dv.set_vlog_level("engine")  # @call
 configure()
-''', '''
+""",
+    """
 import distvlog as dv
 x = dv.randn([3, 4])
 x.stop_gradient = False
 loss = (x * 2).sum()
 loss.backward()
 loss.backward()  # @call
-''']
+""",
+]
 
 
 @pytest.mark.parametrize("code", INSIDE_DISTVLOG)
@@ -219,12 +240,12 @@ def test_an_exception_raised_inside_distvlog_is_located_at_the_users_call(script
     assert any(line.startswith('  File "') and "/distvlog/" in line for line in last.more)  # the whole traceback
 
 
-IN_A_LIBRARY = '''
+IN_A_LIBRARY = """
 import json
 import distvlog.logger as dlog
 dlog.get_logger().info("started")
 json.loads("{")  # @call
-'''
+"""
 
 
 def test_an_exception_raised_inside_a_library_is_located_at_the_users_call(scripts):
@@ -239,7 +260,7 @@ def test_a_syntax_error_is_located_at_its_line(scripts):
     assert (last.severity, last.file, last.line) == ("F", "broken.py", 2)
 
 
-THREAD = '''
+THREAD = """
 import threading
 import distvlog.logger as dlog
 log = dlog.get_logger()
@@ -250,7 +271,7 @@ t = threading.Thread(target=work, name="worker-1")
 t.start()
 t.join()
 log.info("main goes on")
-'''
+"""
 
 
 def test_an_exception_in_a_thread_is_an_error_record(scripts):
@@ -263,7 +284,7 @@ def test_an_exception_in_a_thread_is_an_error_record(scripts):
     assert "RuntimeError: worker failed" in run.proc.stderr
 
 
-THREADS = '''
+THREADS = """
 import threading
 import distvlog.logger as dlog
 log = dlog.get_logger()
@@ -281,7 +302,7 @@ for thread in threads:
 for thread in threads:
     thread.join()
 print(tids)
-'''
+"""
 
 
 def test_eight_threads_every_record_once_and_whole(scripts):
@@ -297,7 +318,7 @@ def test_eight_threads_every_record_once_and_whole(scripts):
     assert seen == {t: list(range(5000)) for t in range(8)}  # each once, in each thread's order
 
 
-TIMESTAMPS = '''
+TIMESTAMPS = """
 import sys, threading
 import distvlog.logger as dlog
 sys.setswitchinterval(1e-6)  # switch threads as often as possible
@@ -312,7 +333,7 @@ for thread in threads:
     thread.start()
 for thread in threads:
     thread.join()
-'''
+"""
 
 
 def test_threads_get_their_own_timestamps(scripts):
@@ -324,7 +345,7 @@ def test_threads_get_their_own_timestamps(scripts):
     assert not wrong, f"{len(wrong)} records show another record's second, e.g. line {wrong[0].lineno}"
 
 
-FORK = '''
+FORK = """
 import os, sys
 import distvlog.logger as dlog
 log = dlog.get_logger()
@@ -338,7 +359,7 @@ if pid == 0:
 log.info("parent after fork")
 os.waitpid(pid, 0)
 print(pid)
-'''
+"""
 
 
 @pytest.mark.parametrize("before", [3, 0], ids=["file-open", "no-file-yet"])
@@ -348,13 +369,14 @@ def test_fork_child_writes_its_own_file(scripts, before):
     files = {p.name: read_glog(p) for p in run.files()}
     assert sorted(files) == sorted(["rank-0.log", f"rank-0.{child}.log"])
     assert len({p.parent for p in run.files()}) == 1  # one run: the child's file is next to its parent's
-    assert [r.first for r in files["rank-0.log"].records] == [
-        f"parent before fork {i}" for i in range(before)] + ["parent after fork"]
+    assert [r.first for r in files["rank-0.log"].records] == [f"parent before fork {i}" for i in range(before)] + [
+        "parent after fork"
+    ]
     assert files[f"rank-0.{child}.log"].meta["pid"] == child
     assert [r.first for r in files[f"rank-0.{child}.log"].records] == ["child 0", "child 1", "child 2"]
 
 
-PROCESSES = '''
+PROCESSES = """
 import multiprocessing as mp
 import distvlog.logger as dlog
 log = dlog.get_logger()
@@ -370,7 +392,7 @@ if __name__ == "__main__":
     for p in procs:
         p.join()
     print(*(p.pid for p in procs))
-'''
+"""
 
 
 def test_multiprocessing_fork_workers_keep_their_records(scripts):
@@ -383,13 +405,13 @@ def test_multiprocessing_fork_workers_keep_their_records(scripts):
         assert [r.first for r in records] == [f"worker {k} record {i}" for i in range(3)]
 
 
-IDLE = '''
+IDLE = """
 import time
 import distvlog.logger as dlog
 dlog.get_logger().info("lonely record")
 print("ready", flush=True)
 time.sleep(120)
-'''
+"""
 
 
 def test_the_timer_flushes_an_idle_process(scripts):
@@ -408,7 +430,7 @@ def test_the_timer_flushes_an_idle_process(scripts):
         finish(proc)
 
 
-FLUSH_POINTS = '''
+FLUSH_POINTS = """
 import os
 import distvlog as dv
 import distvlog.logger as dlog
@@ -428,7 +450,7 @@ log.info("buffered again")
 lines.append(lines_on_disk())
 print(*lines)
 os._exit(0)
-'''
+"""
 
 
 def test_warnings_and_the_end_of_a_backward_pass_flush(scripts):

@@ -23,22 +23,37 @@ print(dict(v=rules.level, vmodule=rules.patterns, format=_sink.SINK.format, suff
 DEFAULTS = dict(v=0, vmodule=(), format="glog", suffix=".log", flush=0.5, skew=0, rank=(0, 1))
 
 
-@pytest.mark.parametrize("env, warning, changed", [
-    ({"DISTVLOG_V": "verbose"}, "DISTVLOG_V='verbose': not an integer (using 0)", {}),
-    ({"DISTVLOG_V": "verbose", "GLOG_v": "2"}, "DISTVLOG_V='verbose': not an integer (using 2)", {"v": 2}),
-    ({"GLOG_vmodule": "engine"}, "GLOG_vmodule='engine': 'engine' is not of the form name=level (using none)", {}),
-    ({"DISTVLOG_FORMAT": "json"}, "DISTVLOG_FORMAT='json': not one of glog, jsonl (using 'glog')", {}),
-    ({"DISTVLOG_FLUSH_INTERVAL": "soon"}, "DISTVLOG_FLUSH_INTERVAL='soon': not a positive number of seconds "
-                                          "(using 0.5)", {}),
-    ({"DISTVLOG_FLUSH_INTERVAL": "0"}, "DISTVLOG_FLUSH_INTERVAL='0': not a positive number of seconds (using 0.5)",
-     {}),
-    ({"DISTVLOG_SIMULATE_CLOCK_SKEW_US": "1ms"}, "DISTVLOG_SIMULATE_CLOCK_SKEW_US='1ms': not an integer (using 0)",
-     {}),
-    ({"RANK": "abc"}, "RANK='abc': not an integer (using rank 0 of 1)", {}),
-    ({"RANK": "5", "WORLD_SIZE": "2"}, "RANK='5': not below WORLD_SIZE=2 (using rank 0 of 1)", {}),
-    ({"PMI_RANK": "first", "RANK": "1", "WORLD_SIZE": "2"}, "PMI_RANK='first': not an integer (using rank 1 of 2)",
-     {"rank": (1, 2)}),
-])
+@pytest.mark.parametrize(
+    "env, warning, changed",
+    [
+        ({"DISTVLOG_V": "verbose"}, "DISTVLOG_V='verbose': not an integer (using 0)", {}),
+        ({"DISTVLOG_V": "verbose", "GLOG_v": "2"}, "DISTVLOG_V='verbose': not an integer (using 2)", {"v": 2}),
+        ({"GLOG_vmodule": "engine"}, "GLOG_vmodule='engine': 'engine' is not of the form name=level (using none)", {}),
+        ({"DISTVLOG_FORMAT": "json"}, "DISTVLOG_FORMAT='json': not one of glog, jsonl (using 'glog')", {}),
+        (
+            {"DISTVLOG_FLUSH_INTERVAL": "soon"},
+            "DISTVLOG_FLUSH_INTERVAL='soon': not a positive number of seconds (using 0.5)",
+            {},
+        ),
+        (
+            {"DISTVLOG_FLUSH_INTERVAL": "0"},
+            "DISTVLOG_FLUSH_INTERVAL='0': not a positive number of seconds (using 0.5)",
+            {},
+        ),
+        (
+            {"DISTVLOG_SIMULATE_CLOCK_SKEW_US": "1ms"},
+            "DISTVLOG_SIMULATE_CLOCK_SKEW_US='1ms': not an integer (using 0)",
+            {},
+        ),
+        ({"RANK": "abc"}, "RANK='abc': not an integer (using rank 0 of 1)", {}),
+        ({"RANK": "5", "WORLD_SIZE": "2"}, "RANK='5': not below WORLD_SIZE=2 (using rank 0 of 1)", {}),
+        (
+            {"PMI_RANK": "first", "RANK": "1", "WORLD_SIZE": "2"},
+            "PMI_RANK='first': not an integer (using rank 1 of 2)",
+            {"rank": (1, 2)},
+        ),
+    ],
+)
 def test_a_bad_value_is_named_once_and_the_default_used(scripts, env, warning, changed):
     run = scripts.run(SETTINGS, env=env)
     assert [line for line in run.proc.stderr.splitlines() if "ignoring" in line] == [f"distvlog: ignoring {warning}"]
@@ -48,8 +63,13 @@ def test_a_bad_value_is_named_once_and_the_default_used(scripts, env, warning, c
 
 def test_commands_work_with_a_bad_value(scripts):
     scripts.run("import distvlog.logger as dlog; dlog.get_logger().warning('a record to merge')")
-    proc = subprocess.run([sys.executable, "-m", "distvlog", "merge", str(scripts.log_dir)],
-                          env=scripts.env({"DISTVLOG_V": "abc"}), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "distvlog", "merge", str(scripts.log_dir)],
+        env=scripts.env({"DISTVLOG_V": "abc"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[0] == "distvlog: ignoring DISTVLOG_V='abc': not an integer (using 0)"
     assert "a record to merge" in proc.stdout

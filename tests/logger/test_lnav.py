@@ -15,7 +15,7 @@ from logger_testkit import HANG_TIMEOUT_S, read_glog
 LNAV = shutil.which("lnav")
 LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "fatal"}
 
-MIXED = '''
+MIXED = """
 import logging, threading
 import distvlog as dv
 import distvlog.logger as dlog
@@ -42,13 +42,17 @@ with dv.backward_vlog_guard(4):  # the engine's multi-line node records
     loss = (dv.tanh(x @ dv.randn([3, 2])) * 2).sum()
     loss.backward()
 raise SystemExit(0)
-'''
+"""
 
 
 def _lnav_rows(path, home) -> list[tuple[int, str]]:
-    proc = subprocess.run([LNAV, "-n", "-c", ";SELECT log_line, log_level FROM glog_log", "-c", ":write-csv-to -",
-                           str(path)], capture_output=True, text=True, timeout=HANG_TIMEOUT_S,
-                          env=dict(os.environ, HOME=str(home)))
+    proc = subprocess.run(
+        [LNAV, "-n", "-c", ";SELECT log_line, log_level FROM glog_log", "-c", ":write-csv-to -", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT_S,
+        env=dict(os.environ, HOME=str(home)),
+    )
     assert proc.returncode == 0, proc.stderr
     return [(int(row["log_line"]), row["log_level"]) for row in csv.DictReader(io.StringIO(proc.stdout))]
 
@@ -59,6 +63,7 @@ def test_lnav_parses_every_record(scripts):
     path = run.only_file()
     glog = read_glog(path)
     assert sum(len(r.more) for r in glog.records) > 50  # a multi-line heavy file
-    expected = [(n, "unknown") for n in range(3)] + [(3, "info")] + [
-        (r.lineno, LEVELS[r.severity]) for r in glog.records]
+    expected = (
+        [(n, "unknown") for n in range(3)] + [(3, "info")] + [(r.lineno, LEVELS[r.severity]) for r in glog.records]
+    )
     assert _lnav_rows(path, scripts.tmp) == expected

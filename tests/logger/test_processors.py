@@ -7,7 +7,7 @@ import ast
 
 from logger_testkit import read_jsonl
 
-PROCESSORS = '''
+PROCESSORS = """
 import threading
 import structlog
 import distvlog.logger as dlog
@@ -40,20 +40,29 @@ dlog.unbind_context("step")
 log.info("unbound")
 dlog.get_logger("x", job="j1").info("bound")
 print(seen)
-'''
+"""
 
 
 def test_user_processors_and_context(scripts):
     run = scripts.run(PROCESSORS)
     assert [r.first for r in run.records()] == [
-        "HELLO step=1 tag=t1", "CAREFUL tag=t1", "DEBUG OK v=1 tag=t1",
-        'CONTEXT step=7 note="a b" tag=t1', 'EXPLICIT step=8 note="a b" tag=t1',  # the call's own field wins
+        "HELLO step=1 tag=t1",
+        "CAREFUL tag=t1",
+        "DEBUG OK v=1 tag=t1",
+        'CONTEXT step=7 note="a b" tag=t1',
+        'EXPLICIT step=8 note="a b" tag=t1',  # the call's own field wins
         "OTHER THREAD tag=t1",  # a new thread starts without the main thread's context
-        'UNBOUND note="a b" tag=t1', 'BOUND job=j1 note="a b" tag=t1']
+        'UNBOUND note="a b" tag=t1',
+        'BOUND job=j1 note="a b" tag=t1',
+    ]
     seen = ast.literal_eval(run.proc.stdout)
-    assert seen[:5] == [("info", "script.py", True, "I"), ("info", "script.py", True, "I"),
-                        ("warning", "script.py", True, "W"), ("vlog", "script.py", True, "I"),
-                        ("vlog", "script.py", True, "I")]
+    assert seen[:5] == [
+        ("info", "script.py", True, "I"),
+        ("info", "script.py", True, "I"),
+        ("warning", "script.py", True, "W"),
+        ("vlog", "script.py", True, "I"),
+        ("vlog", "script.py", True, "I"),
+    ]
 
 
 def test_user_processors_run_before_the_json_renderer(scripts):
@@ -64,6 +73,8 @@ def test_user_processors_run_before_the_json_renderer(scripts):
 
 
 def test_a_lone_file_or_line_field_gives_way_to_the_call_site(scripts):
-    code = "import distvlog.logger as dlog\nlog = dlog.get_logger()\nlog.info('a', file='f.py')\nlog.info('b', line=9)\n"
+    code = (
+        "import distvlog.logger as dlog\nlog = dlog.get_logger()\nlog.info('a', file='f.py')\nlog.info('b', line=9)\n"
+    )
     run = scripts.run(code)
     assert [(r.first, r.file, r.line) for r in run.records()] == [("a", "script.py", 3), ("b", "script.py", 4)]

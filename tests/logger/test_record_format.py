@@ -17,7 +17,7 @@ from logger_testkit import GLOG_PREFIX, line_of, read_jsonl
 from distvlog.logger._render import CLOCK_SLOT_WIDTH, GlogRenderer, clock_slot, logfmt_value
 from distvlog.tools._record import from_json
 
-CALLSITES = '''
+CALLSITES = """
 import threading, time
 import distvlog.logger as dlog
 print("start", time.time())
@@ -43,13 +43,19 @@ t.start()
 t.join()
 print("main", threading.get_native_id())
 print("end", time.time())
-'''
+"""
 # marker -> (severity, first line of the message)
 EXPECTED = {
-    "info": ("I", "info record"), "warning": ("W", "warning record"), "error": ("E", "error record"),
-    "critical": ("F", "critical record"), "vlog": ("I", "vlog record v=2"), "debug": ("I", "debug record v=1"),
-    "vlog_at": ("I", "vlog_at record v=7"), "bound": ("I", "bound record step=3"),
-    "exception": ("E", "exception record"), "thread": ("I", "thread record"),
+    "info": ("I", "info record"),
+    "warning": ("W", "warning record"),
+    "error": ("E", "error record"),
+    "critical": ("F", "critical record"),
+    "vlog": ("I", "vlog record v=2"),
+    "debug": ("I", "debug record v=1"),
+    "vlog_at": ("I", "vlog_at record v=7"),
+    "bound": ("I", "bound record step=3"),
+    "exception": ("E", "exception record"),
+    "thread": ("I", "thread record"),
 }
 
 
@@ -68,24 +74,44 @@ def test_glog_line_severity_thread_and_callsite_of_every_method(scripts):
     records = run.records()
     assert [r.first for r in records] == [first for _, first in EXPECTED.values()]
     for (marker, (severity, _)), rec in zip(EXPECTED.items(), records):
-        assert (rec.severity, rec.file, rec.line, rec.rank) == (severity, "script.py", line_of(CALLSITES, marker),
-                                                               0), marker
+        assert (rec.severity, rec.file, rec.line, rec.rank) == (severity, "script.py", line_of(CALLSITES, marker), 0), (
+            marker
+        )
         assert rec.tid == int(out["thread" if marker == "thread" else "main"])
         assert _stamp(int(out["start"])) <= f"{rec.mmdd} {rec.hms}" <= _stamp(out["end"])
     exception = records[list(EXPECTED).index("exception")]
     assert exception.more[0] == "Traceback (most recent call last):"
-    assert f'line {line_of(CALLSITES, "raise")}' in exception.more[1]
+    assert f"line {line_of(CALLSITES, 'raise')}" in exception.more[1]
     assert exception.more[-1] == "ZeroDivisionError: division by zero"
 
 
-@pytest.mark.parametrize("value, text", [
-    ("plain", "plain"), ("a b", '"a b"'), ('say "hi"', r'"say \"hi\""'), ("k=v", '"k=v"'), ("", '""'),
-    ("two\nlines", r'"two\nlines"'), ("tab\there", r'"tab\there"'), ("ünïcode", "ünïcode"),
-    (3, "3"), (-2.5, "-2.5"), (True, "True"), (None, "None"), (float("nan"), "nan"),
-    (np.float32(0.5), "0.5"), (np.int64(7), "7"), (np.float64(1e-3), "0.001"), (np.bool_(True), "True"),
-    ([1, 2, 3], "[1,2,3]"), ((1, 2), "[1,2]"), (["a b", 1], r'"[\"a b\",1]"'),
-    (np.array([1.5, 2.0]), "[1.5,2.0]"), ({"k": 1}, r'"{\"k\":1}"'),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        ("plain", "plain"),
+        ("a b", '"a b"'),
+        ('say "hi"', r'"say \"hi\""'),
+        ("k=v", '"k=v"'),
+        ("", '""'),
+        ("two\nlines", r'"two\nlines"'),
+        ("tab\there", r'"tab\there"'),
+        ("ünïcode", "ünïcode"),
+        (3, "3"),
+        (-2.5, "-2.5"),
+        (True, "True"),
+        (None, "None"),
+        (float("nan"), "nan"),
+        (np.float32(0.5), "0.5"),
+        (np.int64(7), "7"),
+        (np.float64(1e-3), "0.001"),
+        (np.bool_(True), "True"),
+        ([1, 2, 3], "[1,2,3]"),
+        ((1, 2), "[1,2]"),
+        (["a b", 1], r'"[\"a b\",1]"'),
+        (np.array([1.5, 2.0]), "[1.5,2.0]"),
+        ({"k": 1}, r'"{\"k\":1}"'),
+    ],
+)
 def test_logfmt_values(value, text):
     assert logfmt_value(value) == text
 
@@ -102,15 +128,25 @@ def test_logfmt_text_stays_one_pair(text):
 
 
 def _render(event, **fields) -> str:
-    ed = {"event": event, "ts": 1_700_000_000_123_456, "severity": "W", "rank": 3, "world_size": 4, "tid": 42,
-          "file": "train.py", "line": 17, **fields}
+    ed = {
+        "event": event,
+        "ts": 1_700_000_000_123_456,
+        "severity": "W",
+        "rank": 3,
+        "world_size": 4,
+        "tid": 42,
+        "file": "train.py",
+        "line": 17,
+        **fields,
+    }
     return GlogRenderer()(None, "warning", ed).decode()
 
 
 def test_fields_follow_the_message_in_call_order():
     stamp = _stamp(1_700_000_000)
     assert _render("step done", step=12, loss=np.float32(0.25), note="a b") == (
-        f'W{stamp}.123456 42 train.py:17] [rank 3] step done step=12 loss=0.25 note="a b"\n')
+        f'W{stamp}.123456 42 train.py:17] [rank 3] step done step=12 loss=0.25 note="a b"\n'
+    )
 
 
 def test_multiline_message_keeps_continuation_lines_and_fields_on_the_first():
@@ -125,7 +161,7 @@ def test_non_string_messages_are_rendered():
     assert _render({"a": 1}).endswith("[rank 3] {'a': 1}\n")
 
 
-FIELDS = '''
+FIELDS = """
 import numpy as np
 import distvlog.logger as dlog
 log = dlog.get_logger()
@@ -133,7 +169,7 @@ log.info("fields", step=12, loss=np.float32(0.5), note="a b", shape=[3, 4], ok=T
 log.warning("two\\nlines", node="mul1GradNode")  # @multi
 log.vlog(1, "verbose", step=2)  # @vlog
 print("path", dlog.log_file_path())
-'''
+"""
 
 
 @pytest.mark.parametrize("how", ["env", "configure"])
@@ -147,8 +183,16 @@ def test_json_lines_carry_the_same_fields(scripts, how):
     assert meta["format"] == "jsonl" and meta["rank"] == 1 and meta["world_size"] == 2
     common = {"rank": 1, "world_size": 2, "file": "script.py"}
     expected = [
-        {"event": "fields", "severity": "I", "line": line_of(code, "fields"), "step": 12, "loss": 0.5,
-         "note": "a b", "shape": [3, 4], "ok": True},
+        {
+            "event": "fields",
+            "severity": "I",
+            "line": line_of(code, "fields"),
+            "step": 12,
+            "loss": 0.5,
+            "note": "a b",
+            "shape": [3, 4],
+            "ok": True,
+        },
         {"event": "two\nlines", "severity": "W", "line": line_of(code, "multi"), "node": "mul1GradNode"},
         {"event": "verbose", "severity": "I", "line": line_of(code, "vlog"), "step": 2, "v": 1},
     ]
@@ -160,13 +204,23 @@ def test_json_lines_carry_the_same_fields(scripts, how):
 
 def test_json_lines_spell_nan_and_inf(scripts):
     """JSON has no NaN or Inf: spelled as strings (orjson's null would hide them), read back as floats."""
-    code = ("import numpy as np\nimport distvlog.logger as dlog\n"
-            "dlog.get_logger().info('stats', norm=float('nan'), max=np.float32('inf'), min=-np.inf, mean=0.5, none=None,\n"
-            "                       losses=[0.5, float('nan')], hist=np.array([[1, -np.inf]]), per={'a': (np.inf,)})\n")
+    code = (
+        "import numpy as np\nimport distvlog.logger as dlog\n"
+        "dlog.get_logger().info('stats', norm=float('nan'), max=np.float32('inf'), min=-np.inf, mean=0.5, none=None,\n"
+        "                       losses=[0.5, float('nan')], hist=np.array([[1, -np.inf]]), per={'a': (np.inf,)})\n"
+    )
     _, records = read_jsonl(scripts.run(code, env={"DISTVLOG_FORMAT": "jsonl"}).only_file())
     fields = {k: records[0][k] for k in ("norm", "max", "min", "mean", "none", "losses", "hist", "per")}
-    assert fields == {"norm": "NaN", "max": "Infinity", "min": "-Infinity", "mean": 0.5, "none": None,
-                      "losses": [0.5, "NaN"], "hist": [[1.0, "-Infinity"]], "per": {"a": ["Infinity"]}}  # at any depth
+    assert fields == {
+        "norm": "NaN",
+        "max": "Infinity",
+        "min": "-Infinity",
+        "mean": 0.5,
+        "none": None,
+        "losses": [0.5, "NaN"],
+        "hist": [[1.0, "-Infinity"]],
+        "per": {"a": ["Infinity"]},
+    }  # at any depth
     back = from_json(records[0], 0, 0).fields
     assert math.isnan(back["norm"]) and (back["max"], back["min"], back["none"]) == (math.inf, -math.inf, None)
 
@@ -186,14 +240,14 @@ def test_glog_fields_with_lists_and_dicts(scripts):
     assert scripts.run(code).records()[0].text == r'losses losses="[0.5,\"NaN\"]" by="{\"1\":2.0}"'
 
 
-HEADER = '''
+HEADER = """
 import os, time
 import distvlog.logger as dlog
 print("before", time.time_ns() // 1000)
 dlog.get_logger().info("hello")
 print("after", time.time_ns() // 1000)
 print("pid", os.getpid())
-'''
+"""
 
 
 def test_header_lines_and_meta_record(scripts):
@@ -207,15 +261,21 @@ def test_header_lines_and_meta_record(scripts):
     assert glog.header[1] == f"Running on machine: {socket.gethostname()}"
     assert glog.meta["created"].startswith(time.strftime("%Y-%m-%dT%H:%M:%S", local))
     assert {k: glog.meta[k] for k in ("distvlog", "format", "rank", "world_size", "host", "pid", "run_id")} == {
-        "distvlog": 1, "format": "glog", "rank": 1, "world_size": 4, "host": socket.gethostname(),
-        "pid": out["pid"], "run_id": "hdr"}
+        "distvlog": 1,
+        "format": "glog",
+        "rank": 1,
+        "world_size": 4,
+        "host": socket.gethostname(),
+        "pid": out["pid"],
+        "run_id": "hdr",
+    }
     assert glog.meta["clock_start"] == clock_slot(0.0, 0.0, created)
     assert len(glog.meta["clock_start"]) == CLOCK_SLOT_WIDTH
     assert glog.meta["clock_end"] == " " * CLOCK_SLOT_WIDTH
     assert [(r.rank, r.first) for r in glog.records] == [(1, "hello")]
 
 
-SET_CLOCK = '''
+SET_CLOCK = """
 import distvlog.logger as dlog
 from distvlog.logger._sink import SINK
 log = dlog.get_logger()
@@ -229,7 +289,7 @@ dlog.flush()
 after = open(dlog.log_file_path(), "rb").read()
 empty, filled = (f'"clock_end":"{text:64}"'.encode() for text in ("", "99.0 1.5 222"))
 assert after.startswith(before.replace(empty, filled))  # the same bytes but for the slot
-'''
+"""
 
 
 @pytest.mark.parametrize("fmt", ["glog", "jsonl"])
@@ -247,8 +307,15 @@ def test_set_clock_fills_the_fixed_width_slots(scripts, fmt):
 
 def test_simulated_clock_skew_shifts_records_and_header(scripts):
     """DISTVLOG_SIMULATE_CLOCK_SKEW_US shifts rank r's clock by r x N µs: records and header alike."""
-    run = scripts.run(HEADER, env={"PMI_RANK": "2", "PMI_SIZE": "3", "DISTVLOG_FORMAT": "jsonl",
-                                   "DISTVLOG_SIMULATE_CLOCK_SKEW_US": "50000000"})
+    run = scripts.run(
+        HEADER,
+        env={
+            "PMI_RANK": "2",
+            "PMI_SIZE": "3",
+            "DISTVLOG_FORMAT": "jsonl",
+            "DISTVLOG_SIMULATE_CLOCK_SKEW_US": "50000000",
+        },
+    )
     out = _stdout_values(run.proc.stdout, int)
     meta, records = read_jsonl(run.only_file())
     skew = 2 * 50_000_000
@@ -256,8 +323,7 @@ def test_simulated_clock_skew_shifts_records_and_header(scripts):
     assert out["before"] + skew <= meta["created_us"] <= out["after"] + skew
 
 
-
-LINE_WRITER = '''
+LINE_WRITER = """
 import threading
 import distvlog.logger as dlog
 from distvlog.logger._logger import PROCESSORS, LineWriter
@@ -299,20 +365,34 @@ try:
     writer.lines([(4, "before a record that cannot be written", None), (4, "shadows v", {"node": "x", "v": 9})])
 except TypeError as exc:
     print(exc)
-'''
+"""
 
 
 def test_line_writer_writes_what_the_generic_path_writes(scripts):
     run = scripts.run(LINE_WRITER)
-    assert run.proc.stdout.splitlines()[0] == str(sorted(  # the cases the fast writer hands to the generic path
-        ["extra shadows bound", "extra shadows context", "bound core field", "core field",
-         "an added processor sees the record"]))
+    assert run.proc.stdout.splitlines()[0] == str(
+        sorted(  # the cases the fast writer hands to the generic path
+            [
+                "extra shadows bound",
+                "extra shadows context",
+                "bound core field",
+                "core field",
+                "an added processor sees the record",
+            ]
+        )
+    )
     assert run.proc.stdout.splitlines()[1] == "LineWriter.lines: a record's fields cannot be named ['v']"
     records, batches = run.records()[:20], run.records()[20:]  # (nothing of the refused batch)
     assert len(records) == 2 * 10
     for fast, generic in zip(records[::2], records[1::2]):
-        assert (fast.severity, fast.tid, fast.file, fast.line, fast.rank, fast.text) == \
-               (generic.severity, generic.tid, generic.file, generic.line, generic.rank, generic.text)
+        assert (fast.severity, fast.tid, fast.file, fast.line, fast.rank, fast.text) == (
+            generic.severity,
+            generic.tid,
+            generic.file,
+            generic.line,
+            generic.rank,
+            generic.text,
+        )
         assert fast.file == "script.py" and fast.line == line_of(LINE_WRITER, "write")
     texts = [r.text for r in records[::2]]
     assert texts[2] == 'grad_stats node=n v=5 slot=grad_x norm=0.5 shape=2x3 tensor="a b" nan=0'
@@ -322,8 +402,11 @@ def test_line_writer_writes_what_the_generic_path_writes(scripts):
     # a batch: the records at the writer's level, in order, from the batch's call site, made at one moment;
     # one that needs the generic path takes the whole batch there, its order kept
     assert [r.text for r in batches] == [
-        "batch 1 node=b v=4 step=7", "batch node=b v=4 k=1 step=7\n2",
-        "a batch with a record for the generic path node=b v=4 step=7", "shadows a bound field node=x v=4 step=7",
-        "last node=b v=4 step=7"]
+        "batch 1 node=b v=4 step=7",
+        "batch node=b v=4 k=1 step=7\n2",
+        "a batch with a record for the generic path node=b v=4 step=7",
+        "shadows a bound field node=x v=4 step=7",
+        "last node=b v=4 step=7",
+    ]
     assert [r.line for r in batches] == [line_of(LINE_WRITER, "batch")] * 2 + [line_of(LINE_WRITER, "generic")] * 3
     assert (batches[0].hms, batches[0].us) == (batches[1].hms, batches[1].us)

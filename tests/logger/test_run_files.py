@@ -12,7 +12,7 @@ from logger_testkit import GLOG_PREFIX, finish, read_glog, wait_for_line
 
 from distvlog.logger._identity import LAUNCHER_VARS, rank_from_env
 
-LOGS = '''
+LOGS = """
 import os
 import distvlog.logger as dlog
 log = dlog.get_logger()
@@ -22,7 +22,7 @@ log.warning("careful")
 log.error("broken")
 log.vlog(0, "verbose zero")
 print(os.getpid())
-'''
+"""
 
 
 def _stderr_records(stderr: str) -> list[str]:
@@ -40,8 +40,13 @@ def test_layout_latest_link_and_stderr(scripts):
     assert os.readlink(scripts.log_dir / "latest") == "run-a"
     assert _path_lines(run.proc.stderr) == [f"distvlog: rank 0 (pid {run.proc.stdout.strip()}) logs to {path}"]
     assert [r[0] for r in _stderr_records(run.proc.stderr)] == ["W", "E"]  # WARNING and above are echoed
-    assert [r.first for r in read_glog(path).records] == ["first info", "second info step=1", "careful", "broken",
-                                                          "verbose zero v=0"]
+    assert [r.first for r in read_glog(path).records] == [
+        "first info",
+        "second info step=1",
+        "careful",
+        "broken",
+        "verbose zero v=0",
+    ]
 
 
 def test_alsologtostderr_echoes_everything_and_latest_moves_on(scripts):
@@ -61,17 +66,20 @@ def _clear_launcher_env(monkeypatch) -> None:
             monkeypatch.delenv(var, raising=False)
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({}, (0, 1)),
-    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}, (3, 4)),
-    ({"PMI_RANK": "1", "PMI_SIZE": "2"}, (1, 2)),
-    ({"PMIX_RANK": "5", "PMIX_SIZE": "8"}, (5, 8)),
-    ({"RANK": "2", "WORLD_SIZE": "3"}, (2, 3)),
-    ({"SLURM_PROCID": "6", "SLURM_NTASKS": "7"}, (6, 7)),
-    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "RANK": "0", "WORLD_SIZE": "8"}, (1, 2)),
-    ({"PMI_RANK": "4"}, (4, 5)),
-    ({"PMI_RANK": "", "RANK": "1", "WORLD_SIZE": "2"}, (1, 2)),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, (0, 1)),
+        ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}, (3, 4)),
+        ({"PMI_RANK": "1", "PMI_SIZE": "2"}, (1, 2)),
+        ({"PMIX_RANK": "5", "PMIX_SIZE": "8"}, (5, 8)),
+        ({"RANK": "2", "WORLD_SIZE": "3"}, (2, 3)),
+        ({"SLURM_PROCID": "6", "SLURM_NTASKS": "7"}, (6, 7)),
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "RANK": "0", "WORLD_SIZE": "8"}, (1, 2)),
+        ({"PMI_RANK": "4"}, (4, 5)),
+        ({"PMI_RANK": "", "RANK": "1", "WORLD_SIZE": "2"}, (1, 2)),
+    ],
+)
 def test_rank_from_launcher_environment(monkeypatch, env, expected):
     _clear_launcher_env(monkeypatch)
     for var, value in env.items():
@@ -79,14 +87,23 @@ def test_rank_from_launcher_environment(monkeypatch, env, expected):
     assert rank_from_env() == expected
 
 
-@pytest.mark.parametrize("env, warning, expected", [
-    ({"PMI_RANK": "one"}, "PMI_RANK='one': not an integer (using rank 0 of 1)", (0, 1)),
-    ({"RANK": "-1"}, "RANK='-1': negative (using rank 0 of 1)", (0, 1)),
-    ({"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}, "SLURM_PROCID='4': not below SLURM_NTASKS=4 (using rank 0 of 1)",
-     (0, 1)),
-    ({"PMI_RANK": "1", "PMI_SIZE": "two", "SLURM_PROCID": "2", "SLURM_NTASKS": "3"},
-     "PMI_SIZE='two': not an integer (using rank 2 of 3)", (2, 3)),
-])
+@pytest.mark.parametrize(
+    "env, warning, expected",
+    [
+        ({"PMI_RANK": "one"}, "PMI_RANK='one': not an integer (using rank 0 of 1)", (0, 1)),
+        ({"RANK": "-1"}, "RANK='-1': negative (using rank 0 of 1)", (0, 1)),
+        (
+            {"SLURM_PROCID": "4", "SLURM_NTASKS": "4"},
+            "SLURM_PROCID='4': not below SLURM_NTASKS=4 (using rank 0 of 1)",
+            (0, 1),
+        ),
+        (
+            {"PMI_RANK": "1", "PMI_SIZE": "two", "SLURM_PROCID": "2", "SLURM_NTASKS": "3"},
+            "PMI_SIZE='two': not an integer (using rank 2 of 3)",
+            (2, 3),
+        ),
+    ],
+)
 def test_a_launcher_with_a_bad_value_is_named_and_skipped(monkeypatch, env_warnings, env, warning, expected):
     _clear_launcher_env(monkeypatch)
     for var, value in env.items():
@@ -150,8 +167,10 @@ def test_a_symlink_in_place_of_a_run_dir_is_not_followed(scripts):
     (scripts.log_dir / "run").symlink_to(victim)
     run = scripts.run(LOGS, env={"DISTVLOG_RUN_ID": "run"})
     assert list(victim.iterdir()) == []
-    assert _path_lines(run.proc.stderr) == [f"distvlog: cannot log to {scripts.log_dir / 'run'}: not a directory "
-                                            "(symlinks are not followed); logging to stderr"]
+    assert _path_lines(run.proc.stderr) == [
+        f"distvlog: cannot log to {scripts.log_dir / 'run'}: not a directory "
+        "(symlinks are not followed); logging to stderr"
+    ]
 
 
 @pytest.mark.parametrize("also_to_stderr", ["0", "1"])
@@ -159,23 +178,31 @@ def test_a_symlink_in_place_of_a_run_dir_is_not_followed(scripts):
 def test_an_unusable_log_dir_sends_every_record_to_stderr_once(scripts, log_dir, reason, also_to_stderr):
     (scripts.tmp / "a-file").write_text("not a directory\n")
     before = sorted(scripts.tmp.rglob("*"))
-    run = scripts.run(LOGS + "print(dlog.log_file_path())\n", name="logs.py",
-                      env={"DISTVLOG_LOG_DIR": str(scripts.tmp / log_dir), "DISTVLOG_ALSOLOGTOSTDERR": also_to_stderr})
+    run = scripts.run(
+        LOGS + "print(dlog.log_file_path())\n",
+        name="logs.py",
+        env={"DISTVLOG_LOG_DIR": str(scripts.tmp / log_dir), "DISTVLOG_ALSOLOGTOSTDERR": also_to_stderr},
+    )
     lines = run.proc.stderr.splitlines()
     assert lines[0] == f"distvlog: cannot log to {scripts.tmp / log_dir}: {reason}; logging to stderr"
     assert [line.split("] [rank 0] ")[1] for line in lines[1:]] == [
-        "first info", "second info step=1", "careful", "broken", "verbose zero v=0"]
+        "first info",
+        "second info step=1",
+        "careful",
+        "broken",
+        "verbose zero v=0",
+    ]
     assert all(GLOG_PREFIX.match(line) for line in lines[1:])
     assert run.proc.stdout.split()[-1] == "None"  # no log file
     assert sorted(p for p in scripts.tmp.rglob("*") if p.name != "logs.py") == before
 
 
-HELPER = '''
+HELPER = """
 import os, subprocess, sys
 import distvlog.logger as dlog
 dlog.get_logger().info("rank process")
 subprocess.run([sys.executable, "-c", "import distvlog.logger as d; d.get_logger().info('helper')"], check=True)
-'''
+"""
 
 
 def test_a_helper_process_of_a_rank_joins_its_run(scripts):
@@ -189,14 +216,14 @@ def test_a_helper_process_of_a_rank_joins_its_run(scripts):
         assert re.fullmatch(r"rank-0\.\d+\.log", name) and records == ["helper"]
 
 
-RUNNING = '''
+RUNNING = """
 import time
 import distvlog.logger as dlog
 dlog.get_logger().info("first job")
 dlog.flush()
 print("ready", flush=True)
 time.sleep(120)
-'''
+"""
 
 
 def test_a_concurrent_job_with_the_same_run_id_gets_its_own_run(scripts):
@@ -211,7 +238,7 @@ def test_a_concurrent_job_with_the_same_run_id_gets_its_own_run(scripts):
     assert len(read_glog(scripts.log_dir / "same.1" / "rank-0.log").records) == 5
 
 
-CRASHING_TOOL = '''
+CRASHING_TOOL = """
 import sys
 import distvlog.tools.merge as merge
 from distvlog.cli import command
@@ -220,7 +247,7 @@ def run(args):
 merge.run = run
 sys.argv = ["distvlog", "merge", "anything"]
 sys.exit(command())
-'''
+"""
 
 
 def test_the_distvlog_tools_write_no_log_file_even_when_they_crash(scripts):

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from logger_testkit import GLOG_PREFIX, line_of
 
-LIBRARY = '''
+LIBRARY = """
 import logging
 lib = logging.getLogger("thirdparty.io")
 def load():
     lib.info("loading %s", "shard-1")  # @lib
-'''
+"""
 
-CAPTURE = '''
+CAPTURE = """
 import logging
 import distvlog.logger as dlog
 import library
@@ -31,7 +31,7 @@ except ZeroDivisionError:
     other.exception("with traceback")  # @exception
 dlog.capture_stdlib(logging.DEBUG, logger="other")
 other.debug("now at DEBUG")  # @debug
-'''
+"""
 
 
 def test_stdlib_records_land_in_the_rank_file(scripts):

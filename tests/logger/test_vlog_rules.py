@@ -11,7 +11,7 @@ import pytest
 from distvlog.logger import get_logger, set_vlog_level, vlog_guard
 from distvlog.logger._rules import Rules, _rules_from_env
 
-MODULES = '''
+MODULES = """
 import distvlog.logger as dlog
 import chatty, chatter
 log = dlog.get_logger()
@@ -20,18 +20,21 @@ for level in range(5):
     chatty.log.vlog(level, f"chatty {level}")
     chatter.log.vlog(level, f"chatter {level}")
 log.debug("main debug")
-'''
+"""
 
 
 def _module(scripts, name: str) -> None:
     scripts.write("import distvlog.logger as dlog\nlog = dlog.get_logger()\n", name=f"{name}.py")
 
 
-@pytest.mark.parametrize("env", [
-    {"DISTVLOG_V": "1", "DISTVLOG_VMODULE": "chatty=3,chat*=0"},
-    {"GLOG_v": "1", "GLOG_vmodule": "chatty=3,chat*=0"},
-    {"DISTVLOG_V": "1", "GLOG_v": "4", "DISTVLOG_VMODULE": "chatty=3,chat*=0", "GLOG_vmodule": "chatter=4"},
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DISTVLOG_V": "1", "DISTVLOG_VMODULE": "chatty=3,chat*=0"},
+        {"GLOG_v": "1", "GLOG_vmodule": "chatty=3,chat*=0"},
+        {"DISTVLOG_V": "1", "GLOG_v": "4", "DISTVLOG_VMODULE": "chatty=3,chat*=0", "GLOG_vmodule": "chatter=4"},
+    ],
+)
 def test_levels_from_the_environment(scripts, env):
     """The global level and vmodule are read at start-up; the first matching pattern wins over the global
     level (in both directions); DISTVLOG_* wins over GLOG_*."""
@@ -39,8 +42,15 @@ def test_levels_from_the_environment(scripts, env):
     _module(scripts, "chatter")
     run = scripts.run(MODULES, env=env)
     assert [r.first for r in run.records()] == [
-        "main 0 v=0", "chatty 0 v=0", "chatter 0 v=0", "main 1 v=1", "chatty 1 v=1", "chatty 2 v=2",
-        "chatty 3 v=3", "main debug v=1"]
+        "main 0 v=0",
+        "chatty 0 v=0",
+        "chatter 0 v=0",
+        "main 1 v=1",
+        "chatty 1 v=1",
+        "chatty 2 v=2",
+        "chatty 3 v=3",
+        "main debug v=1",
+    ]
 
 
 def test_vmodule_names_the_main_script_by_its_file(scripts):
@@ -49,7 +59,13 @@ def test_vmodule_names_the_main_script_by_its_file(scripts):
     _module(scripts, "chatter")
     run = scripts.run(MODULES, env={"DISTVLOG_VMODULE": "script=2"})
     assert [r.first for r in run.records()] == [
-        "main 0 v=0", "chatty 0 v=0", "chatter 0 v=0", "main 1 v=1", "main 2 v=2", "main debug v=1"]
+        "main 0 v=0",
+        "chatty 0 v=0",
+        "chatter 0 v=0",
+        "main 1 v=1",
+        "main 2 v=2",
+        "main debug v=1",
+    ]
 
 
 def test_nothing_verbose_by_default(scripts):
@@ -78,14 +94,17 @@ def test_later_patterns_go_in_front():
     assert rules.updated(3).level == 3 and rules.updated(3).patterns == rules.patterns
 
 
-@pytest.mark.parametrize("env, level, patterns", [
-    ({}, 0, ()),
-    ({"GLOG_v": "2"}, 2, ()),
-    ({"DISTVLOG_V": "3", "GLOG_v": "2"}, 3, ()),
-    ({"DISTVLOG_V": " 1 "}, 1, ()),
-    ({"GLOG_vmodule": "a=1, b*=-1"}, 0, (("a", 1), ("b*", -1))),
-    ({"DISTVLOG_VMODULE": "x=2", "GLOG_vmodule": "a=1"}, 0, (("x", 2),)),
-])
+@pytest.mark.parametrize(
+    "env, level, patterns",
+    [
+        ({}, 0, ()),
+        ({"GLOG_v": "2"}, 2, ()),
+        ({"DISTVLOG_V": "3", "GLOG_v": "2"}, 3, ()),
+        ({"DISTVLOG_V": " 1 "}, 1, ()),
+        ({"GLOG_vmodule": "a=1, b*=-1"}, 0, (("a", 1), ("b*", -1))),
+        ({"DISTVLOG_VMODULE": "x=2", "GLOG_vmodule": "a=1"}, 0, (("x", 2),)),
+    ],
+)
 def test_environment_parsing(monkeypatch, env, level, patterns):
     for var in ("DISTVLOG_V", "GLOG_v", "DISTVLOG_VMODULE", "GLOG_vmodule"):
         monkeypatch.delenv(var, raising=False)
@@ -95,17 +114,32 @@ def test_environment_parsing(monkeypatch, env, level, patterns):
     assert (rules.level, rules.patterns) == (level, patterns)
 
 
-@pytest.mark.parametrize("env, warning, level, patterns", [
-    ({"DISTVLOG_V": "two"}, "DISTVLOG_V='two': not an integer (using 0)", 0, ()),
-    ({"GLOG_v": "1.5"}, "GLOG_v='1.5': not an integer (using 0)", 0, ()),
-    ({"DISTVLOG_V": "two", "GLOG_v": "3"}, "DISTVLOG_V='two': not an integer (using 3)", 3, ()),
-    ({"DISTVLOG_VMODULE": "engine"}, "DISTVLOG_VMODULE='engine': 'engine' is not of the form name=level (using none)",
-     0, ()),
-    ({"GLOG_vmodule": "engine=5,dist=high"},
-     "GLOG_vmodule='engine=5,dist=high': 'dist=high' is not of the form name=level (using none)", 0, ()),
-    ({"DISTVLOG_VMODULE": "=3", "GLOG_vmodule": "a=1,b*=2"},
-     "DISTVLOG_VMODULE='=3': '=3' is not of the form name=level (using a=1,b*=2)", 0, (("a", 1), ("b*", 2))),
-])
+@pytest.mark.parametrize(
+    "env, warning, level, patterns",
+    [
+        ({"DISTVLOG_V": "two"}, "DISTVLOG_V='two': not an integer (using 0)", 0, ()),
+        ({"GLOG_v": "1.5"}, "GLOG_v='1.5': not an integer (using 0)", 0, ()),
+        ({"DISTVLOG_V": "two", "GLOG_v": "3"}, "DISTVLOG_V='two': not an integer (using 3)", 3, ()),
+        (
+            {"DISTVLOG_VMODULE": "engine"},
+            "DISTVLOG_VMODULE='engine': 'engine' is not of the form name=level (using none)",
+            0,
+            (),
+        ),
+        (
+            {"GLOG_vmodule": "engine=5,dist=high"},
+            "GLOG_vmodule='engine=5,dist=high': 'dist=high' is not of the form name=level (using none)",
+            0,
+            (),
+        ),
+        (
+            {"DISTVLOG_VMODULE": "=3", "GLOG_vmodule": "a=1,b*=2"},
+            "DISTVLOG_VMODULE='=3': '=3' is not of the form name=level (using a=1,b*=2)",
+            0,
+            (("a", 1), ("b*", 2)),
+        ),
+    ],
+)
 def test_bad_environment_values_are_named_and_skipped(monkeypatch, env_warnings, env, warning, level, patterns):
     for var in ("DISTVLOG_V", "GLOG_v", "DISTVLOG_VMODULE", "GLOG_vmodule"):
         monkeypatch.delenv(var, raising=False)
@@ -116,14 +150,17 @@ def test_bad_environment_values_are_named_and_skipped(monkeypatch, env_warnings,
     assert (rules.level, rules.patterns) == (level, patterns)
 
 
-@pytest.mark.parametrize("spec, error, message", [
-    ("engine", ValueError, "'engine' is not of the form name=level"),
-    (1.5, TypeError, "verbosity level must be an int, got float 1.5"),
-    (True, TypeError, "verbosity level must be an int, got bool True"),
-    (None, TypeError, "verbosity level must be an int, got NoneType None"),
-    ({"engine": "5"}, TypeError, "vmodule level for 'engine' must be an int, got str '5'"),
-    ({5: 5}, TypeError, "a vmodule pattern must be a module name or glob (a non-empty str), got 5"),
-])
+@pytest.mark.parametrize(
+    "spec, error, message",
+    [
+        ("engine", ValueError, "'engine' is not of the form name=level"),
+        (1.5, TypeError, "verbosity level must be an int, got float 1.5"),
+        (True, TypeError, "verbosity level must be an int, got bool True"),
+        (None, TypeError, "verbosity level must be an int, got NoneType None"),
+        ({"engine": "5"}, TypeError, "vmodule level for 'engine' must be an int, got str '5'"),
+        ({5: 5}, TypeError, "a vmodule pattern must be a module name or glob (a non-empty str), got 5"),
+    ],
+)
 def test_bad_levels_at_run_time_change_nothing(fresh_rules, spec, error, message):
     set_vlog_level("keep=2")
     before = fresh_rules._process
@@ -191,7 +228,7 @@ def test_vlog_guard_is_per_thread(fresh_rules):
     assert fresh_rules.ceiling == 0
 
 
-GUARDED = '''
+GUARDED = """
 import threading
 import distvlog.logger as dlog
 log = dlog.get_logger()
@@ -206,7 +243,7 @@ log.debug("after debug")
 dlog.set_vlog_level(1)
 log.debug("debug at 1")
 log.vlog(2, "vlog 2 at 1")
-'''
+"""
 
 
 def test_vlog_and_debug_records_follow_the_rules(scripts):

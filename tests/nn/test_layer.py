@@ -62,11 +62,15 @@ def test_setting_attributes_before_super_init_is_a_clear_error() -> None:
 
 
 def test_parameter_names_are_paddles_and_the_same_in_every_fresh_process() -> None:
-    code = ("import distvlog as dv\n"
-            "m = dv.nn.Sequential(dv.nn.Linear(4, 8), dv.nn.ReLU(), dv.nn.Linear(8, 2))\n"
-            "print(' '.join(p.name for p in m.parameters()))")
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-            for _ in range(2)]
+    code = (
+        "import distvlog as dv\n"
+        "m = dv.nn.Sequential(dv.nn.Linear(4, 8), dv.nn.ReLU(), dv.nn.Linear(8, 2))\n"
+        "print(' '.join(p.name for p in m.parameters()))"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+        for _ in range(2)
+    ]
     assert runs[0].stdout == runs[1].stdout
     assert runs[0].stdout.split() == ["linear_0.w_0", "linear_0.b_0", "linear_1.w_0", "linear_1.b_0"]
 
@@ -101,12 +105,15 @@ def test_dropout_and_linear_take_paddles_positional_arguments() -> None:
     np.testing.assert_array_equal(linear.weight.numpy(), np.ones((2, 3), np.float32))
 
 
-@pytest.mark.parametrize("make, argument", [
-    (lambda: nn.Dropout(0.5, 1), "axis=1"),
-    (lambda: nn.Dropout(0.5, mode="downscale_in_infer"), "mode='downscale_in_infer'"),
-    (lambda: nn.Linear(2, 3, "fc.w"), "weight_attr='fc.w'"),  # Paddle's ParamAttr (or its name)
-    (lambda: nn.Linear(2, 3, bias_attr="fc.b"), "bias_attr='fc.b'"),
-])
+@pytest.mark.parametrize(
+    "make, argument",
+    [
+        (lambda: nn.Dropout(0.5, 1), "axis=1"),
+        (lambda: nn.Dropout(0.5, mode="downscale_in_infer"), "mode='downscale_in_infer'"),
+        (lambda: nn.Linear(2, 3, "fc.w"), "weight_attr='fc.w'"),  # Paddle's ParamAttr (or its name)
+        (lambda: nn.Linear(2, 3, bias_attr="fc.b"), "bias_attr='fc.b'"),
+    ],
+)
 def test_paddle_arguments_not_implemented_raise_naming_the_argument(make, argument) -> None:
     with pytest.raises(NotImplementedError, match=re.escape(argument)):
         make()
@@ -191,19 +198,25 @@ def test_clear_gradients_and_repr() -> None:
     model(dv.randn([1, 2])).sum().backward()
     model.clear_gradients(set_to_zero=False)
     assert all(p.grad is None for p in model.parameters())
-    assert repr(model) == ("Sequential(\n  (0): Linear(in_features=2, out_features=3, dtype=float32)\n"
-                           "  (1): Dropout(p=0.1)\n)")
+    assert repr(model) == (
+        "Sequential(\n  (0): Linear(in_features=2, out_features=3, dtype=float32)\n  (1): Dropout(p=0.1)\n)"
+    )
     assert nn.Module is nn.Layer
 
 
-@pytest.mark.parametrize("call, named", [
-    (lambda x: nn.Dropout(axis=0), "Dropout: axis=0"),
-    (lambda x: F.dropout(x, axis=0), "dropout: axis=0"),
-    (lambda x: nn.Dropout(mode="downscale_in_infer"), "Dropout: mode='downscale_in_infer'"),
-    (lambda x: F.cross_entropy(x, dv.to_tensor(np.zeros((2, 3), "int64")), axis=0), "cross_entropy: axis=0"),
-    (lambda x: F.cross_entropy(x, dv.to_tensor(np.zeros(2, "int64")), label_smoothing=0.1),
-     "cross_entropy: label_smoothing=0.1"),
-])
+@pytest.mark.parametrize(
+    "call, named",
+    [
+        (lambda x: nn.Dropout(axis=0), "Dropout: axis=0"),
+        (lambda x: F.dropout(x, axis=0), "dropout: axis=0"),
+        (lambda x: nn.Dropout(mode="downscale_in_infer"), "Dropout: mode='downscale_in_infer'"),
+        (lambda x: F.cross_entropy(x, dv.to_tensor(np.zeros((2, 3), "int64")), axis=0), "cross_entropy: axis=0"),
+        (
+            lambda x: F.cross_entropy(x, dv.to_tensor(np.zeros(2, "int64")), label_smoothing=0.1),
+            "cross_entropy: label_smoothing=0.1",
+        ),
+    ],
+)
 def test_paddle_arguments_we_do_not_implement_are_refused_not_ignored(call, named):
     """An argument away from its default, even a falsy one like axis=0, is an error naming it."""
     with pytest.raises(NotImplementedError, match=re.escape(named)):

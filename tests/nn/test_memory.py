@@ -29,8 +29,12 @@ def forward(model: nn.Layer) -> tuple[dv.Tensor, list[weakref.ref]]:
     x, y = dv.randn([16, 8]), dv.to_tensor(np.arange(16) % 3)
     loss = F.cross_entropy(model(x), y)
     params = {id(p.numpy()) for p in model.parameters()}
-    saved = [weakref.ref(a) for node in graph_nodes(loss) for a in node.saved
-             if isinstance(a, np.ndarray) and id(a) not in params]
+    saved = [
+        weakref.ref(a)
+        for node in graph_nodes(loss)
+        for a in node.saved
+        if isinstance(a, np.ndarray) and id(a) not in params
+    ]
     return loss, saved
 
 

@@ -39,8 +39,7 @@ def test_mlp_reaches_97_percent_on_held_out_rings() -> None:
 
 def test_sgd_with_momentum_trains_a_relu_mlp_too() -> None:
     dv.seed(1)
-    model = nn.Sequential(nn.Linear(2, 32, weight_attr=nn.initializer.KaimingUniform()), nn.ReLU(),
-                          nn.Linear(32, 2))
+    model = nn.Sequential(nn.Linear(2, 32, weight_attr=nn.initializer.KaimingUniform()), nn.ReLU(), nn.Linear(32, 2))
     opt = dv.optim.SGD(learning_rate=0.1, parameters=model.parameters(), momentum=0.9)
     x, y = rings(512, seed=3)
     xt, yt = dv.to_tensor(x), dv.to_tensor(y)

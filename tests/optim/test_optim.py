@@ -60,13 +60,16 @@ def test_positional_arguments_are_paddles() -> None:
         dv.optim.SGD(0.1, [p], None, None, None, 0.9)  # momentum is keyword-only
 
 
-@pytest.mark.parametrize("make, argument", [
-    (lambda p: dv.optim.SGD(0.1, [p], None, "clip"), "grad_clip"),
-    (lambda p: dv.optim.Momentum(0.1, parameters=[p], weight_decay=None, grad_clip="clip"), "grad_clip"),
-    (lambda p: dv.optim.Adam(parameters=[p], grad_clip="clip"), "grad_clip"),
-    (lambda p: dv.optim.Adam(parameters=[p], lazy_mode=True), "lazy_mode=True"),
-    (lambda p: dv.optim.Adam(parameters=[p], multi_precision=True), "multi_precision=True"),
-])
+@pytest.mark.parametrize(
+    "make, argument",
+    [
+        (lambda p: dv.optim.SGD(0.1, [p], None, "clip"), "grad_clip"),
+        (lambda p: dv.optim.Momentum(0.1, parameters=[p], weight_decay=None, grad_clip="clip"), "grad_clip"),
+        (lambda p: dv.optim.Adam(parameters=[p], grad_clip="clip"), "grad_clip"),
+        (lambda p: dv.optim.Adam(parameters=[p], lazy_mode=True), "lazy_mode=True"),
+        (lambda p: dv.optim.Adam(parameters=[p], multi_precision=True), "multi_precision=True"),
+    ],
+)
 def test_paddle_arguments_not_implemented_raise_naming_the_argument(make, argument) -> None:
     with pytest.raises(NotImplementedError, match=argument):
         make(param([1.0]))
@@ -89,8 +92,10 @@ def test_grad_arrays_are_never_written_shared_or_read_only() -> None:
     shared = np.broadcast_to(np.ones(1), (2,))  # one read-only array for both: optimizers may only read it
     a.grad, b.grad = dv.Tensor(shared), dv.Tensor(shared)
     grads = [a.grad.numpy(), b.grad.numpy()]
-    for opt in (dv.optim.SGD(0.5, [a, b], momentum=0.9, weight_decay=0.1),
-                dv.optim.Adam(0.5, parameters=[a, b], weight_decay=0.1)):
+    for opt in (
+        dv.optim.SGD(0.5, [a, b], momentum=0.9, weight_decay=0.1),
+        dv.optim.Adam(0.5, parameters=[a, b], weight_decay=0.1),
+    ):
         opt.step()
     np.testing.assert_array_equal(grads[0], [1.0, 1.0])
     assert a.grad.numpy() is grads[0] and b.grad.numpy() is grads[1]

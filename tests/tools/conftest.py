@@ -23,8 +23,10 @@ def jsonl_run(tmp_path_factory) -> Path:
 @pytest.fixture
 def cli(capfd):
     """cli(*args) -> (exit code, stdout, stderr) of `distvlog ARGS`, run in this process."""
+
     def run(*args) -> tuple[int, str, str]:
         code = main([str(a) for a in args])
         out = capfd.readouterr()
         return code, out.out, out.err
+
     return run

@@ -12,7 +12,7 @@ from test_diff import allreduce, backward, launch, stat, write_logs
 from distvlog.cli import main
 
 # python scenario.py MODE [GUARD_LEVEL]: rank 1 misbehaves at step BAD.
-SCENARIO = r'''
+SCENARIO = r"""
 import os
 import sys
 import numpy as np
@@ -74,7 +74,7 @@ for step in range(STEPS):
 if mode == "gradmod":
     model.check_parameters()
 dv.finalize()
-'''
+"""
 
 
 def scenario(tmp_path: Path, n: int, *args: str, fails: bool = False) -> str:
@@ -102,25 +102,33 @@ def test_an_earlier_nan_on_a_rank_is_not_hidden_by_a_later_origin_there(tmp_path
 
 
 def test_logs_without_gradient_statistics_say_what_was_not_checked(tmp_path, capsys):
-    run_dir = str(launch(tmp_path, 2, "--steps", "3", "--guard-level", "4", "--inject-nan-rank", "1",
-                         "--inject-nan-step", "1"))
+    run_dir = str(
+        launch(tmp_path, 2, "--steps", "3", "--guard-level", "4", "--inject-nan-rank", "1", "--inject-nan-step", "1")
+    )
     code, out = diff([run_dir], capsys)
     assert code == 0  # the allreduce results could be compared, and agree
-    assert ("not checked: NaN/Inf origins, desync, outliers: no grad_stats records (the backward writes them at "
-            "verbosity >= 5" in out), out
+    assert (
+        "not checked: NaN/Inf origins, desync, outliers: no grad_stats records (the backward writes them at "
+        "verbosity >= 5" in out
+    ), out
     assert out.endswith("no divergence found by the checks that could run\n")
     code, out = diff(["--json", run_dir], capsys)
     report = json.loads(out)
     assert (report["found"], report["clean"], report["not_checked"][0]["checks"]) == (
-        False, False, ["NaN/Inf origins", "desync", "outliers"])
+        False,
+        False,
+        ["NaN/Inf origins", "desync", "outliers"],
+    )
 
 
 def test_dataparallel_check_errors_are_findings(tmp_path, capsys):
     run_dir = scenario(tmp_path, 2, "gradmod", fails=True)  # rank 1 changes a gradient after its allreduce
     code, out = diff([run_dir], capsys)
     assert code == 1
-    assert ("error: ranks 0,1 step 3: DataParallelError: parameters are not identical across replicas at step 3: "
-            "linear_0.w_0 differs on rank 1 (rank 0 agree" in out), out
+    assert (
+        "error: ranks 0,1 step 3: DataParallelError: parameters are not identical across replicas at step 3: "
+        "linear_0.w_0 differs on rank 1 (rank 0 agree" in out
+    ), out
     code, out = diff(["--json", run_dir], capsys)
     error = json.loads(out)["errors"][0]
     assert (error["ranks"], error["step"], error["message"].split(":")[0]) == ([0, 1], 3, "DataParallelError")
@@ -130,34 +138,50 @@ def test_an_error_record_without_a_traceback_is_its_first_line(tmp_path, capsys)
     logs = write_logs(tmp_path, {0: backward(0), 1: backward(0), 2: backward(0)})
     with open(tmp_path / "rank-1.log", "a") as f:
         f.write("E1130 02:29:11.000000 100 engine.py:1] [rank 1] bucket lost step=0\n  more detail\n")
-    assert diff([logs], capsys) == (1, "3 ranks, 12 gradient statistics, 0 allreduces (aligned by step)\n"
-                                       "error: rank 1 step 0: bucket lost\n")
+    assert diff([logs], capsys) == (
+        1,
+        "3 ranks, 12 gradient statistics, 0 allreduces (aligned by step)\nerror: rank 1 step 0: bucket lost\n",
+    )
 
 
 def test_one_missing_op_is_one_step_of_desync_not_every_later_one(tmp_path, capsys):
     run_dir = scenario(tmp_path, 4, "skip")  # rank 1 skips `h * 1.0` at step 1: its later node names shift
     code, out = diff([run_dir], capsys)
     assert code == 1
-    assert re.search(r"^desync: rank 1 step 1 node #1: ran relu2GradNode where ranks 0,2,3 ran multiply2GradNode "
-                     r"\(1 step differs\)$", out, re.M), out
+    assert re.search(
+        r"^desync: rank 1 step 1 node #1: ran relu2GradNode where ranks 0,2,3 ran multiply2GradNode "
+        r"\(1 step differs\)$",
+        out,
+        re.M,
+    ), out
     assert out.count("\n") == 2, out
 
 
 def test_outliers_are_aligned_across_shifted_op_counters(tmp_path, capsys):
     shifted = [line.replace("matmul1", "matmul2").replace("tanh1", "tanh2") for line in backward(1, norm=500.0)]
-    logs = write_logs(tmp_path, {0: backward(0) + backward(1), 1: backward(0, "add1GradNode") + shifted,
-                                 2: backward(0) + backward(1, norm=1.2)})
+    logs = write_logs(
+        tmp_path,
+        {
+            0: backward(0) + backward(1),
+            1: backward(0, "add1GradNode") + shifted,
+            2: backward(0) + backward(1, norm=1.2),
+        },
+    )
     code, out = diff(["--json", logs], capsys)
     assert {(o["rank"], o["step"], o["node"]) for o in json.loads(out)["outliers"]} == {
-        (1, 1, "matmul2GradNode"), (1, 1, "tanh2GradNode")}
+        (1, 1, "matmul2GradNode"),
+        (1, 1, "tanh2GradNode"),
+    }
 
 
 def test_without_dataparallel_an_unlogged_backward_does_not_shift_the_steps(tmp_path, capsys):
     run_dir = scenario(tmp_path, 2, "nodp")  # rank 1 runs an extra backward outside the guard at step 1
     code, out = diff([run_dir], capsys)
     assert (code, out.splitlines()[0], out.splitlines()[-1]) == (
-        0, "2 ranks, 72 gradient statistics, 0 allreduces (aligned by each rank's logged backward passes, counted "
-           "from 0)", "no divergence found by the checks that could run")  # outliers take 3 ranks
+        0,
+        "2 ranks, 72 gradient statistics, 0 allreduces (aligned by each rank's logged backward passes, counted from 0)",
+        "no divergence found by the checks that could run",
+    )  # outliers take 3 ranks
 
 
 def test_a_rank_that_dies_mid_backward_is_no_desync(tmp_path, capsys):
@@ -166,8 +190,9 @@ def test_a_rank_that_dies_mid_backward_is_no_desync(tmp_path, capsys):
     assert code == 1
     assert "desync" not in out, out
     # which of its step-2 records a rank wrote before the end depends on when each was stopped
-    assert re.search(r"^allreduce step 2 buckets? [\d,]+: ranks? [\d,]+ began (it|them) and never finished", out,
-                     re.M), out
+    assert re.search(
+        r"^allreduce step 2 buckets? [\d,]+: ranks? [\d,]+ began (it|them) and never finished", out, re.M
+    ), out
 
 
 def test_logs_that_end_early_and_allreduces_a_rank_never_began(tmp_path, capsys):
@@ -175,17 +200,25 @@ def test_logs_that_end_early_and_allreduces_a_rank_never_began(tmp_path, capsys)
     stuck = backward(0) + allreduce(0, 0, "aaaa") + backward(1) + allreduce(1, 0, None)
     logs = write_logs(tmp_path, {0: stuck, 1: backward(0) + allreduce(0, 0, "aaaa"), 2: stuck, 3: done})
     code, out = diff([logs], capsys)
-    assert (code, out.splitlines()[1:]) == (1, [
-        "allreduce step 1 bucket 0: ranks 0,2 began it and never finished; rank 1 never began it",
-        "the logs of rank 1 end at step 0 (those of ranks 0,2,3 go on to step 1)"])
+    assert (code, out.splitlines()[1:]) == (
+        1,
+        [
+            "allreduce step 1 bucket 0: ranks 0,2 began it and never finished; rank 1 never began it",
+            "the logs of rank 1 end at step 0 (those of ranks 0,2,3 go on to step 1)",
+        ],
+    )
 
 
 def test_two_ranks_that_differ_are_both_named(tmp_path, capsys):
     run_dir = scenario(tmp_path, 2, "skip")
     code, out = diff([run_dir], capsys)
     assert code == 1
-    assert re.search(r"^desync: ranks 0,1 differ at step 1 node #1, no majority says which is off: rank 0 ran "
-                     r"multiply2GradNode, rank 1 ran relu2GradNode \(1 step differs\)$", out, re.M), out
+    assert re.search(
+        r"^desync: ranks 0,1 differ at step 1 node #1, no majority says which is off: rank 0 ran "
+        r"multiply2GradNode, rank 1 ran relu2GradNode \(1 step differs\)$",
+        out,
+        re.M,
+    ), out
     code, out = diff(["--json", run_dir], capsys)
     (entry,) = json.loads(out)["desync"]
     assert [g["ranks"] for g in entry["groups"]] == [[0], [1]] and entry["kind"] == "no majority"
@@ -196,20 +229,27 @@ def test_every_list_stops_at_ten_lines_and_says_how_many_more(tmp_path, capsys):
     code, out = diff([logs], capsys)
     assert code == 1
     assert out.count("NaN/Inf first seen") == 10 and out.endswith("\n  ... 2 more\n"), out
-    reduced = {rank: [line for step in range(12) for line in allreduce(step, 0, "bbbb" if rank == 2 else "aaaa")]
-               for rank in range(3)}
+    reduced = {
+        rank: [line for step in range(12) for line in allreduce(step, 0, "bbbb" if rank == 2 else "aaaa")]
+        for rank in range(3)
+    }
     (tmp_path / "reduced").mkdir()
     code, out = diff([write_logs(tmp_path / "reduced", reduced)], capsys)
     assert out.count("result differs on rank 2") == 10 and "\n  ... 2 more\n" in out, out
 
 
 def test_a_two_two_split_in_gradient_norms_blames_neither_side(tmp_path, capsys):
-    logs = write_logs(tmp_path, {0: backward(0), 1: backward(0, norm=100.0), 2: backward(0, norm=1.2),
-                                 3: backward(0, norm=120.0)})
+    logs = write_logs(
+        tmp_path, {0: backward(0), 1: backward(0, norm=100.0), 2: backward(0, norm=1.2), 3: backward(0, norm=120.0)}
+    )
     code, out = diff([logs], capsys)
-    assert (code, out.splitlines()[1:]) == (1, [
-        "norm split: step 0 matmul1GradNode grad_out (forward at model.py:7): ranks 0,2 at 1 to 1.2, ranks 1,3 at 100 "
-        "to 120; no majority says which is off (and 3 more gradients there)"])
+    assert (code, out.splitlines()[1:]) == (
+        1,
+        [
+            "norm split: step 0 matmul1GradNode grad_out (forward at model.py:7): ranks 0,2 at 1 to 1.2, ranks 1,3 at 100 "
+            "to 120; no majority says which is off (and 3 more gradients there)"
+        ],
+    )
 
 
 def test_a_rank_far_off_is_an_outlier_even_when_a_chain_of_ranks_joins_it_to_the_others(tmp_path, capsys):
@@ -222,6 +262,9 @@ def test_a_rank_far_off_is_an_outlier_even_when_a_chain_of_ranks_joins_it_to_the
 
 def test_with_two_ranks_the_report_says_outliers_were_not_checked(tmp_path, capsys):
     logs = write_logs(tmp_path, {0: backward(0), 1: backward(0, norm=1000.0)})
-    assert diff([logs], capsys) == (0, "2 ranks, 8 gradient statistics, 0 allreduces (aligned by step)\n"
-                                       "not checked: outliers: grad_stats from 2 ranks only: it takes 3 or more to "
-                                       "tell which one is off\nno divergence found by the checks that could run\n")
+    assert diff([logs], capsys) == (
+        0,
+        "2 ranks, 8 gradient statistics, 0 allreduces (aligned by step)\n"
+        "not checked: outliers: grad_stats from 2 ranks only: it takes 3 or more to "
+        "tell which one is off\nno divergence found by the checks that could run\n",
+    )

@@ -11,17 +11,22 @@ from pathlib import Path
 import pytest
 from tools_logfiles import T0, ours, stamp
 
-ONE_RANK = [(T0 + 10, "I grad_stats node=mul1GradNode slot=grad_out step=0 norm=1.0 nan=0 inf=0 v=5"),
-            (T0 + 20, "I grad_stats node=mul1GradNode slot=grad_x step=0 norm=1.0 nan=0 inf=0 v=5"),
-            (T0 + 30, "I allreduce begin step=0 bucket=0 v=1"),
-            (T0 + 40, "I allreduce end step=0 bucket=0 checksum=aa v=1")]
+ONE_RANK = [
+    (T0 + 10, "I grad_stats node=mul1GradNode slot=grad_out step=0 norm=1.0 nan=0 inf=0 v=5"),
+    (T0 + 20, "I grad_stats node=mul1GradNode slot=grad_x step=0 norm=1.0 nan=0 inf=0 v=5"),
+    (T0 + 30, "I allreduce begin step=0 bucket=0 v=1"),
+    (T0 + 40, "I allreduce end step=0 bucket=0 checksum=aa v=1"),
+]
 
 
 def test_counts_of_one_are_singular(tmp_path, cli):
     (tmp_path / "rank-0.log").write_text(ours(0, [], world=1) + "cut sh")
     code, _, err = cli("merge", tmp_path)
-    assert code == 0 and ("1 record from 1 file (rank 0: 1) to stdout; 3 header lines; 1 line skipped "
-                          "(1 truncated last line)\n") in err
+    assert (
+        code == 0
+        and ("1 record from 1 file (rank 0: 1) to stdout; 3 header lines; 1 line skipped (1 truncated last line)\n")
+        in err
+    )
     (tmp_path / "rank-0.log").write_text(ours(0, [(T0, "E one error")], world=1))
     code, _, err = cli("trace", tmp_path, "-o", tmp_path / "t.json")
     assert code == 0 and "1 event (1 error) on 1 rank to" in err
@@ -59,14 +64,24 @@ def test_damaged_rank_files_are_skipped_with_a_warning_naming_each(tmp_path, cli
 
 
 @pytest.mark.parametrize("tool", ["merge", "trace", "diff", "diff --json"])
-@pytest.mark.parametrize("files, message", [
-    ({"rank-1.log": "header"}, "no records in {run}/rank-1.log: 3 header lines, 1 line skipped (1 truncated last line)"),
-    ({"rank-0.jsonl": b'{"event": "no ts", "rank": 0}\n{"ts": "1"}\n'},
-     "no records in {run}/rank-0.jsonl: 2 lines skipped (2 JSON without an integer ts)"),
-    ({"rank-0.log": bytes(range(256)) * 8, "rank-1.log": b""},
-     "no usable input file: {run}/rank-0.log: not a glog or JSON-lines log (no line starts a record); "
-     "{run}/rank-1.log: empty file"),
-])
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        (
+            {"rank-1.log": "header"},
+            "no records in {run}/rank-1.log: 3 header lines, 1 line skipped (1 truncated last line)",
+        ),
+        (
+            {"rank-0.jsonl": b'{"event": "no ts", "rank": 0}\n{"ts": "1"}\n'},
+            "no records in {run}/rank-0.jsonl: 2 lines skipped (2 JSON without an integer ts)",
+        ),
+        (
+            {"rank-0.log": bytes(range(256)) * 8, "rank-1.log": b""},
+            "no usable input file: {run}/rank-0.log: not a glog or JSON-lines log (no line starts a record); "
+            "{run}/rank-1.log: empty file",
+        ),
+    ],
+)
 def test_no_records_at_all_is_unusable_input_for_every_tool(tmp_path, cli, glog_run, tool, files, message):
     run = tmp_path / "run"
     run.mkdir()
@@ -84,7 +99,8 @@ def test_one_processes_records_in_two_files_are_refused(tmp_path, cli, glog_run)
     assert (code, out) == (2, "") and err == (
         f"distvlog merge: error: {glog_run}/rank-{rank}.log and {tmp_path}/timeline.log both hold the records of rank "
         f"{rank} (pid {_pid(glog_run / f'rank-{rank}.log')}) of run glogrun: they would be read twice; give only one "
-        "of the two\n")
+        "of the two\n"
+    )
     run = tmp_path / "run"
     run.mkdir()
     (run / "rank-0.log").write_text(ours(0, [(T0, "I x")], world=1))
@@ -111,7 +127,8 @@ def test_files_from_different_runs_are_read_with_a_warning(tmp_path, cli):
         f"distvlog merge: warning: the input files are from 2 different runs: a ({tmp_path}/rank-0.log); "
         f"b ({tmp_path}/rank-1.log)",
         "distvlog merge: warning: no log read from rank 1 of 2 (run a)",
-        "distvlog merge: warning: no log read from rank 0 of 2 (run b)"]
+        "distvlog merge: warning: no log read from rank 0 of 2 (run b)",
+    ]
 
 
 @pytest.mark.parametrize("tool", ["merge", "trace", "diff"])
@@ -121,7 +138,8 @@ def test_ranks_without_a_file_are_named(tmp_path, cli, tool):
     (tmp_path / "rank-2.41.log").write_text(ours(2, [(T0, "I a forked child")], world=6, pid=41))
     code, _, err = cli(tool, tmp_path, *(["-o", tmp_path / "t.json"] if tool == "trace" else []))
     assert code != 2 and [line for line in err.splitlines() if "warning" in line] == [
-        f"distvlog {tool}: warning: no log read from ranks 1,3-5 of 6"]
+        f"distvlog {tool}: warning: no log read from ranks 1,3-5 of 6"
+    ]
 
 
 def test_groups_of_ranks_read_the_same_everywhere():
@@ -140,8 +158,10 @@ def _pid(path: Path) -> int:
 def test_a_timeline_names_every_process_it_merged_even_one_that_started_late(tmp_path, cli):
     run = tmp_path / "run"
     run.mkdir()
-    early = [(T0 + i, f"I record {i} of the rank that started first, padded to fill the head {'.' * 60}")
-             for i in range(2000)]  # ~260 KB: rank 1's meta record, at its start, comes long after the head
+    early = [
+        (T0 + i, f"I record {i} of the rank that started first, padded to fill the head {'.' * 60}")
+        for i in range(2000)
+    ]  # ~260 KB: rank 1's meta record, at its start, comes long after the head
     (run / "rank-0.log").write_text(ours(0, early, world=2))
     (run / "rank-1.log").write_text(ours(1, [(T0 + 5000, "I late")], world=2))
     assert cli("merge", run, "-o", tmp_path / "timeline.log")[0] == 0

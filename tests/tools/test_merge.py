@@ -57,13 +57,19 @@ def test_round_trip_every_record_once_whole_and_in_order(tmp_path, cli, glog_run
 def test_skewed_clocks_are_corrected_and_the_output_shows_corrected_times(tmp_path, cli):
     ahead = 5_000_000  # rank 1's clock runs 5 s ahead of rank 0's
     (tmp_path / "rank-0.log").write_text(ours(0, [(T0 + 1000 * i, f"I r0 {i}") for i in range(0, 10, 2)]))
-    (tmp_path / "rank-1.log").write_text(ours(1, [(T0 + ahead + 1000 * i, f"I r1 {i}") for i in range(1, 10, 2)],
-                                              clock=(f"{-ahead}.0 20.0 {T0 + ahead}", "")))
+    (tmp_path / "rank-1.log").write_text(
+        ours(
+            1,
+            [(T0 + ahead + 1000 * i, f"I r1 {i}") for i in range(1, 10, 2)],
+            clock=(f"{-ahead}.0 20.0 {T0 + ahead}", ""),
+        )
+    )
     cli("merge", tmp_path, "-o", tmp_path / "m.log")
     order = re.findall(r"\] (r\d \d)$", (tmp_path / "m.log").read_text(), re.M)
     assert order == [f"r{i % 2} {i}" for i in range(10)]
     assert [rec.ts for rec in read_back(tmp_path / "m.log") if rec.event.startswith("r")] == [
-        T0 + 1000 * i for i in range(10)]
+        T0 + 1000 * i for i in range(10)
+    ]
     cli("merge", tmp_path, "-o", tmp_path / "raw.log", "--no-clock-correction")
     order = re.findall(r"\] (r\d \d)$", (tmp_path / "raw.log").read_text(), re.M)
     assert order == [f"r0 {i}" for i in range(0, 10, 2)] + [f"r1 {i}" for i in range(1, 10, 2)]
@@ -75,14 +81,24 @@ def test_foreign_glog_mixed_with_ours_and_gz(tmp_path, cli):
         f.write(ours(1, [(T0 + 20, "I gz rank one")]))
     (tmp_path / "nccl.log").write_text("[I1130 02:11:14.000025 77 ProcessGroupNCCL.cpp:9] [PG 0 Rank 2] pg ready\n")
     (tmp_path / "worker.log").write_text("E1130 02:11:14.000040 88 op.cc:3] paddle error\n  detail\n")
-    code, out, err = cli("merge", tmp_path / "rank-0.log", tmp_path / "rank-1.log.gz", tmp_path / "nccl.log",
-                         tmp_path / "worker.log", "--rank-of", "worker.log=3")
+    code, out, err = cli(
+        "merge",
+        tmp_path / "rank-0.log",
+        tmp_path / "rank-1.log.gz",
+        tmp_path / "nccl.log",
+        tmp_path / "worker.log",
+        "--rank-of",
+        "worker.log=3",
+    )
     assert code == 0
     lines = [line for line in out.splitlines() if RECORD_START.match(line) and "distvlog-meta" not in line]
     assert [line[22:] for line in lines] == [
-        "100 t.py:1] [rank 0] ours first", "101 t.py:1] [rank 1] gz rank one",
-        "77 ProcessGroupNCCL.cpp:9] [rank 2] [PG 0 Rank 2] pg ready", "100 t.py:1] [rank 0] ours second",
-        "88 op.cc:3] [rank 3] paddle error"]
+        "100 t.py:1] [rank 0] ours first",
+        "101 t.py:1] [rank 1] gz rank one",
+        "77 ProcessGroupNCCL.cpp:9] [rank 2] [PG 0 Rank 2] pg ready",
+        "100 t.py:1] [rank 0] ours second",
+        "88 op.cc:3] [rank 3] paddle error",
+    ]
     assert out.endswith("paddle error\n  detail\n") and "rank 3: 1" in err
 
 
@@ -91,25 +107,33 @@ def test_json_lines_output(tmp_path, cli, jsonl_run):
     objs = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [o["ts"] for o in objs] == sorted(o["ts"] for o in objs)
     assert sorted(TAG.search(o["event"]).group(0) for o in objs if o["event"] != "distvlog-meta") == sorted(
-        expected_tags(2, 20))
+        expected_tags(2, 20)
+    )
     plain = next(o for o in objs if o["event"].startswith("plain"))
     assert plain["v"] == 4 and plain["world_size"] == 2 and isinstance(plain["step"], int)
     assert {o["norm"] for o in objs if o["event"].startswith("warn")} == {"-Infinity"}  # not null
 
 
-@pytest.mark.parametrize("args, keep", [
-    (["--ranks", "0,2-3"], lambda rank, kind, i: rank in (0, 2, 3)),
-    (["--min-severity", "W"], lambda rank, kind, i: kind == "warn"),
-    (["--min-v", "4"], lambda rank, kind, i: kind == "plain"),
-    (["--max-v", "3"], lambda rank, kind, i: kind != "plain"),
-    (["--grep", r"second line of r1t0"], lambda rank, kind, i: kind == "multi" and rank == 1 and i[0] == "0"),
-    (["--node", "mul*"], lambda rank, kind, i: kind == "warn"),
-])
+@pytest.mark.parametrize(
+    "args, keep",
+    [
+        (["--ranks", "0,2-3"], lambda rank, kind, i: rank in (0, 2, 3)),
+        (["--min-severity", "W"], lambda rank, kind, i: kind == "warn"),
+        (["--min-v", "4"], lambda rank, kind, i: kind == "plain"),
+        (["--max-v", "3"], lambda rank, kind, i: kind != "plain"),
+        (["--grep", r"second line of r1t0"], lambda rank, kind, i: kind == "multi" and rank == 1 and i[0] == "0"),
+        (["--node", "mul*"], lambda rank, kind, i: kind == "warn"),
+    ],
+)
 def test_filters(cli, glog_run, args, keep):
     code, out, err = cli("merge", glog_run, *args)
     got = sorted(f"{m.group(1)} {m.group(2)}" for m in re.finditer(r"\] \[rank \d+\] (\w+) (r\d+t\d+i\d+)", out))
-    want = sorted(f"{kind} {tag}" for tag in expected_tags(4, 40)
-                  for kind in [_kind(int(tag.split("i")[1]))] if keep(int(tag[1]), kind, tag.split("t")[1]))
+    want = sorted(
+        f"{kind} {tag}"
+        for tag in expected_tags(4, 40)
+        for kind in [_kind(int(tag.split("i")[1]))]
+        if keep(int(tag[1]), kind, tag.split("t")[1])
+    )
     assert code == 0 and got == want and "filtered out" in err
 
 
@@ -125,14 +149,21 @@ def test_since_and_until_take_time_of_day_or_a_full_time(tmp_path, cli):
     assert re.findall(r"second (\d)", out) == ["5"]
 
 
-@pytest.mark.parametrize("start, args, kept", [
-    (T0 + 860_000, ["--since", "02:11"], [0, 1, 2]),  # the log starts at 02:11:14.86: that day's 02:11
-    (T0 + 860_000, ["--since", "02:11:14"], [0, 1, 2]),
-    (T0 + 860_000, ["--until", "02:11:14.5"], []),  # before the first record: nothing, not everything
-    (T0 + 860_000, ["--since", "02:11:15.86"], [1, 2]),
-    (T0 - 2 * 3600 * 10**6 - 11 * 60 * 10**6 - 15 * 10**6, ["--since", "00:00"], [1, 2]),  # from 23:59:59: the next day's
-    (T0 - 2 * 3600 * 10**6 - 11 * 60 * 10**6 - 15 * 10**6, ["--until", "23:59:59.5"], [0]),
-])
+@pytest.mark.parametrize(
+    "start, args, kept",
+    [
+        (T0 + 860_000, ["--since", "02:11"], [0, 1, 2]),  # the log starts at 02:11:14.86: that day's 02:11
+        (T0 + 860_000, ["--since", "02:11:14"], [0, 1, 2]),
+        (T0 + 860_000, ["--until", "02:11:14.5"], []),  # before the first record: nothing, not everything
+        (T0 + 860_000, ["--since", "02:11:15.86"], [1, 2]),
+        (
+            T0 - 2 * 3600 * 10**6 - 11 * 60 * 10**6 - 15 * 10**6,
+            ["--since", "00:00"],
+            [1, 2],
+        ),  # from 23:59:59: the next day's
+        (T0 - 2 * 3600 * 10**6 - 11 * 60 * 10**6 - 15 * 10**6, ["--until", "23:59:59.5"], [0]),
+    ],
+)
 def test_a_time_of_day_near_the_first_record_is_on_its_day(tmp_path, cli, start, args, kept):
     (tmp_path / "rank-0.log").write_text(ours(0, [(start + 10**6 * s, f"I second {s}") for s in range(3)], world=1))
     code, out, _ = cli("merge", tmp_path, *args)
@@ -149,18 +180,21 @@ def test_merged_output_reads_back_as_the_same_records(tmp_path, cli, glog_run, m
     assert code == 0 and body[0] == body[1]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["missing.log"], "missing.log: no such file"),
-    (["empty.log"], "empty.log: empty file"),
-    (["nologs"], "no distvlog logs"),
-    (["binary.log"], "not a glog or JSON-lines log"),
-    (["foreign.log"], "pass --rank-of"),
-    (["rank-0.log", "--rank-of", "x"], "--rank-of 'x'"),
-    (["rank-0.log", "--ranks", "2-1"], "--ranks '2-1'"),
-    (["rank-0.log", "--grep", "("], "--grep '('"),
-    (["rank-0.log", "--since", "yesterday"], "--since 'yesterday'"),
-    (["rank-0.log", "-o", "rank-0.log"], "one of the input files"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["missing.log"], "missing.log: no such file"),
+        (["empty.log"], "empty.log: empty file"),
+        (["nologs"], "no distvlog logs"),
+        (["binary.log"], "not a glog or JSON-lines log"),
+        (["foreign.log"], "pass --rank-of"),
+        (["rank-0.log", "--rank-of", "x"], "--rank-of 'x'"),
+        (["rank-0.log", "--ranks", "2-1"], "--ranks '2-1'"),
+        (["rank-0.log", "--grep", "("], "--grep '('"),
+        (["rank-0.log", "--since", "yesterday"], "--since 'yesterday'"),
+        (["rank-0.log", "-o", "rank-0.log"], "one of the input files"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(tmp_path, cli, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty.log").write_bytes(b"")
@@ -170,8 +204,13 @@ def test_bad_input_exits_2_with_one_line(tmp_path, cli, monkeypatch, args, messa
     (tmp_path / "rank-0.log").write_text(ours(0, [(T0, "I fine")], world=1))
     code, out, err = cli("merge", *args)
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err and "Traceback" not in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["binary.log", "empty.log", "foreign.log", "nologs",
-                                                          "rank-0.log"]  # no partial output left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "binary.log",
+        "empty.log",
+        "foreign.log",
+        "nologs",
+        "rank-0.log",
+    ]  # no partial output left behind
 
 
 def test_a_killed_ranks_last_whole_record_is_merged(tmp_path, cli):
@@ -183,8 +222,10 @@ def test_a_killed_ranks_last_whole_record_is_merged(tmp_path, cli):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.booleans()), max_size=40), min_size=1, max_size=4),
-       st.integers(120, 600))
+@given(
+    st.lists(st.lists(st.tuples(st.integers(0, 50), st.booleans()), max_size=40), min_size=1, max_size=4),
+    st.integers(120, 600),
+)
 def test_any_interleaving_through_tiny_blocks_is_a_stable_sort(tmp_path_factory, streams, chunk):
     """Monotonic per-rank streams, random gaps and ties, multi-line records, blocks of a few records."""
     tmp = tmp_path_factory.mktemp("prop")
@@ -223,9 +264,21 @@ def test_lines_out_of_order_beyond_the_slack_are_written_late_and_counted(tmp_pa
 def test_lnav_reads_every_merged_record_with_its_level(tmp_path, cli, glog_run):
     cli("merge", glog_run, "-o", tmp_path / "m.log")
     text = (tmp_path / "m.log").read_text()
-    proc = subprocess.run(["lnav", "-n", "-c", ";SELECT log_level, log_body FROM all_logs", "-c",
-                           ":write-csv-to -", str(tmp_path / "m.log")], capture_output=True, text=True, timeout=120,
-                          env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [
+            "lnav",
+            "-n",
+            "-c",
+            ";SELECT log_level, log_body FROM all_logs",
+            "-c",
+            ":write-csv-to -",
+            str(tmp_path / "m.log"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     header, records = rows[:5], rows[5:]
     assert all(r["log_level"] == "unknown" for r in header)  # glog's header lines and the processes line
@@ -255,7 +308,9 @@ def test_dash_is_standard_output_and_paths_may_follow_options(tmp_path, cli, glo
 
 def test_asking_for_ranks_no_input_has_is_an_error(cli, glog_run):
     code, _, err = cli("merge", glog_run, "--ranks", "7")
-    assert code == 2 and err.strip() == "distvlog merge: error: --ranks 7: no input is from those ranks (present: 0,1,2,3)"
+    assert (
+        code == 2 and err.strip() == "distvlog merge: error: --ranks 7: no input is from those ranks (present: 0,1,2,3)"
+    )
 
 
 def test_no_progress_bar_without_tqdm(monkeypatch, glog_run):

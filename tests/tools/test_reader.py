@@ -52,33 +52,48 @@ def test_glog_and_jsonl_agree(tmp_path):
 
     for fmt in ("glog", "jsonl"):
         write_run(tmp_path / fmt, "r", ranks=1, n=12, fmt=fmt)
-    got = {fmt: {TAG.search(r.event).group(0): (r.event, r.fields, r.severity)
-                 for r in records([tmp_path / fmt]) if r.event != "distvlog-meta"} for fmt in ("glog", "jsonl")}
+    got = {
+        fmt: {
+            TAG.search(r.event).group(0): (r.event, r.fields, r.severity)
+            for r in records([tmp_path / fmt])
+            if r.event != "distvlog-meta"
+        }
+        for fmt in ("glog", "jsonl")
+    }
     assert got["glog"] == got["jsonl"]
 
 
 FOREIGN = {
     # C++ glog 0.7: the year in the prefix, a padded thread id, a header saying so.
-    "cpp_year.log": ("Log file created at: 2025/12/31 23:59:58\nRunning on machine: gpu7\n"
-                     "Running duration (h:mm:ss): 0:00:00\n"
-                     "Log line format: [IWEF]yyyymmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"
-                     "I20251231 23:59:59.500000  2701 main.cc:10] last of the year\n"
-                     "E20260101 00:00:00.250000  2701 main.cc:11] first of the new year\n  with a second line\n"),
+    "cpp_year.log": (
+        "Log file created at: 2025/12/31 23:59:58\nRunning on machine: gpu7\n"
+        "Running duration (h:mm:ss): 0:00:00\n"
+        "Log line format: [IWEF]yyyymmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"
+        "I20251231 23:59:59.500000  2701 main.cc:10] last of the year\n"
+        "E20260101 00:00:00.250000  2701 main.cc:11] first of the new year\n  with a second line\n"
+    ),
     # c10d: the prefix in brackets, the rank in the message.
     "c10d.log": "[I1130 02:11:15.000001 2701 ProcessGroupNCCL.cpp:123] [PG 0 Rank 3] ProcessGroupNCCL initialized\n"
-                "[W1130 02:11:15.000002 2701 ProcessGroupNCCL.cpp:124] [PG 0 Rank 3] watchdog slow\n",
+    "[W1130 02:11:15.000002 2701 ProcessGroupNCCL.cpp:124] [PG 0 Rank 3] watchdog slow\n",
 }
 
 
 def test_foreign_glog_year_tag_and_nccl_rank(tmp_path):
     for name, text in FOREIGN.items():
         (tmp_path / name).write_text(text)
-    recs = records([tmp_path / "cpp_year.log", tmp_path / "c10d.log"], rank_of={"cpp_year.log": 5},
-                   clock_correction=False)
+    recs = records(
+        [tmp_path / "cpp_year.log", tmp_path / "c10d.log"], rank_of={"cpp_year.log": 5}, clock_correction=False
+    )
     by_event = {r.event.split("\n")[0]: r for r in recs}
     assert by_event["last of the year"].ts == utc(2025, 12, 31, 23, 59, 59, 500000) - _local_offset_us()
     new_year = by_event["first of the new year"]
-    assert (new_year.severity, new_year.rank, new_year.tid, new_year.file, new_year.line) == ("E", 5, 2701, "main.cc", 11)
+    assert (new_year.severity, new_year.rank, new_year.tid, new_year.file, new_year.line) == (
+        "E",
+        5,
+        2701,
+        "main.cc",
+        11,
+    )
     assert new_year.event == "first of the new year\n  with a second line"
     nccl = by_event["[PG 0 Rank 3] ProcessGroupNCCL initialized"]
     assert nccl.rank == 3 and nccl.file == "ProcessGroupNCCL.cpp"
@@ -97,9 +112,12 @@ def test_year_rolls_over_when_the_month_goes_back_not_at_a_month_end(tmp_path):
         "I1031 23:59:59.999000 2 a.cc:1] [rank 0] october, thread two was late\n"
         "I1231 23:59:59.000000 1 a.cc:1] [rank 0] new year's eve\n"
         "I0101 00:00:01.000000 1 a.cc:1] [rank 0] new year\n"
-        "I1231 23:59:59.500000 2 a.cc:1] [rank 0] old year, late\n")
-    years = [dt.datetime.fromtimestamp((r.ts + _local_offset_us()) / 1e6, dt.timezone.utc).year
-             for r in records([tmp_path / "a.log"])]
+        "I1231 23:59:59.500000 2 a.cc:1] [rank 0] old year, late\n"
+    )
+    years = [
+        dt.datetime.fromtimestamp((r.ts + _local_offset_us()) / 1e6, dt.timezone.utc).year
+        for r in records([tmp_path / "a.log"])
+    ]
     assert years == [2025, 2025, 2025, 2026, 2025]
 
 
@@ -116,13 +134,19 @@ def test_paddle_output_and_absl_py(tmp_path):
     assert (absl.tid, absl.file, absl.line, absl.event) == (140234567890, "train.py", 12, "absl says hi")
     today = dt.date.today()
     assert dt.datetime.fromtimestamp((absl.ts + _local_offset_us()) / 1e6, dt.timezone.utc).year == (
-        today.year if today.month >= 11 else today.year - 1)
+        today.year if today.month >= 11 else today.year - 1
+    )
 
 
 def test_clock_offset_interpolated_between_start_and_end_and_clamped(tmp_path):
     span = 10 * 10**6
-    recs_in = [(T0 - 10**6, "I before"), (T0, "I start"), (T0 + span // 2, "I middle"), (T0 + span, "I end"),
-               (T0 + 2 * span, "I after")]
+    recs_in = [
+        (T0 - 10**6, "I before"),
+        (T0, "I start"),
+        (T0 + span // 2, "I middle"),
+        (T0 + span, "I end"),
+        (T0 + 2 * span, "I after"),
+    ]
     (tmp_path / "rank-1.log").write_text(ours(1, recs_in, clock=(f"1000.0 2.0 {T0}", f"3000.0 2.0 {T0 + span}")))
     corrected = [r.ts for r in records([tmp_path / "rank-1.log"]) if r.event != "distvlog-meta"]
     assert corrected == [T0 - 10**6 + 1000, T0 + 1000, T0 + span // 2 + 2000, T0 + span + 3000, T0 + 2 * span + 3000]
@@ -176,13 +200,17 @@ def test_a_file_cut_short_inside_its_header_has_no_records_and_no_crash(tmp_path
 
 def test_foreign_files_without_a_record_in_a_block_or_a_newline_at_the_end(tmp_path, monkeypatch):
     (tmp_path / "torn.log").write_text("I1130 09:25:49.000001 1 x.py:1] [rank 1] hi")
-    (tmp_path / "prelude.log").write_text("".join(f"printed line {i}, no bracket\n" for i in range(20))
-                                          + "I1130 02:11:14.940652 1 a.cc:1] [rank 0] after the prelude\n")
+    (tmp_path / "prelude.log").write_text(
+        "".join(f"printed line {i}, no bracket\n" for i in range(20))
+        + "I1130 02:11:14.940652 1 a.cc:1] [rank 0] after the prelude\n"
+    )
     monkeypatch.setattr(reader, "CHUNK", 200)  # the prelude fills whole blocks
     sources = open_sources([str(tmp_path / "torn.log"), str(tmp_path / "prelude.log")])
     assert [(r.rank, r.event) for r in read_records(sources)] == [(0, "after the prelude")]
-    assert [dict(s.counts.skipped) for s in sources] == [{"not part of a record (before the first one)": 20},
-                                                         {"truncated last line": 1}]
+    assert [dict(s.counts.skipped) for s in sources] == [
+        {"not part of a record (before the first one)": 20},
+        {"truncated last line": 1},
+    ]
 
 
 def test_gz_files_and_a_log_root_means_its_latest_run(tmp_path, glog_run):
@@ -199,14 +227,22 @@ def test_small_chunks_give_the_same_records(monkeypatch, glog_run):
     assert [(r.ts, r.rank, r.event) for r in records([glog_run])] == whole
 
 
-@pytest.mark.parametrize("setup, args, kw, message", [
-    (None, ["missing.log"], {}, "no such file"),
-    ({"empty.log": b""}, ["empty.log"], {}, "empty file"),
-    ({"sub/notes.txt": b"x"}, ["sub"], {}, "no distvlog logs"),
-    ({"bin.log": bytes(range(256)) * 4}, ["bin.log"], {}, "not a glog or JSON-lines log"),
-    ({"f.log": b"I1130 02:11:14.940652 1 a.cc:1] no rank anywhere\n"}, ["f.log"], {}, "--rank-of"),
-    ({"f.log": b"I1130 02:11:14.940652 1 a.cc:1] x\n"}, ["f.log"], {"rank_of": {"g.log": 1}}, "not one of the input"),
-])
+@pytest.mark.parametrize(
+    "setup, args, kw, message",
+    [
+        (None, ["missing.log"], {}, "no such file"),
+        ({"empty.log": b""}, ["empty.log"], {}, "empty file"),
+        ({"sub/notes.txt": b"x"}, ["sub"], {}, "no distvlog logs"),
+        ({"bin.log": bytes(range(256)) * 4}, ["bin.log"], {}, "not a glog or JSON-lines log"),
+        ({"f.log": b"I1130 02:11:14.940652 1 a.cc:1] no rank anywhere\n"}, ["f.log"], {}, "--rank-of"),
+        (
+            {"f.log": b"I1130 02:11:14.940652 1 a.cc:1] x\n"},
+            ["f.log"],
+            {"rank_of": {"g.log": 1}},
+            "not one of the input",
+        ),
+    ],
+)
 def test_unusable_input_is_one_clear_error(tmp_path, monkeypatch, setup, args, kw, message):
     monkeypatch.chdir(tmp_path)
     for name, data in (setup or {}).items():

@@ -17,8 +17,11 @@ def engine_log(rank: int, crash: bool = False, world: int = 1) -> str:
         (T0 + 0, "I backward begin pass=1 step=7 v=3"),
         (T0 + 10, f"I {node}(0x7f3a01) begin run node={node} pass=1 v=4"),
         (T0 + 15, "I allreduce begin step=7 bucket=0 bytes=4096 v=1"),
-        (T0 + 20, f"I grad_stats node={node} slot=x tensor=x@Grad shape=2x3 dtype=float32 norm=1.5 min=-1 max=inf "
-                  "mean=nan nan=0 inf=1 checksum=0a0b0c0d step=7 v=5"),
+        (
+            T0 + 20,
+            f"I grad_stats node={node} slot=x tensor=x@Grad shape=2x3 dtype=float32 norm=1.5 min=-1 max=inf "
+            "mean=nan nan=0 inf=1 checksum=0a0b0c0d step=7 v=5",
+        ),
         (T0 + 30, f"I  node={node} pass=1 v=3\n=====Finish_AD_API_GRAD: multiply_grad====="),
         (T0 + 40, "W grad norm is large step=7 norm=nan"),
         (T0 + 50, "I backward end pass=1 v=3"),

@@ -41,8 +41,9 @@ def divide(x: Any, y: Any, name: str | None = None) -> Tensor:
     return _named(apply(_m.DIVIDE, (x, y)), name)
 
 
-def matmul(x: Tensor, y: Tensor, transpose_x: bool = False, transpose_y: bool = False,
-           name: str | None = None) -> Tensor:
+def matmul(
+    x: Tensor, y: Tensor, transpose_x: bool = False, transpose_y: bool = False, name: str | None = None
+) -> Tensor:
     attrs = {"transpose_x": transpose_x, "transpose_y": transpose_y} if transpose_x or transpose_y else {}
     return _named(apply(_m.MATMUL, (x, y), attrs), name)
 
@@ -105,8 +106,10 @@ def _permutation(perm: Sequence[int], ndim: int) -> tuple[int, ...]:
     argsort, which gives the inverse only of a permutation of range(ndim) (argsort([-1, 0]) is [0, 1])."""
     axes = tuple(a + ndim if a < 0 else a for a in map(int, perm))
     if sorted(axes) != list(range(ndim)):
-        raise ValueError(f"transpose: perm must be a permutation of the {ndim} axes of x (negative counts from "
-                         f"the end), got perm={list(perm)}")
+        raise ValueError(
+            f"transpose: perm must be a permutation of the {ndim} axes of x (negative counts from "
+            f"the end), got perm={list(perm)}"
+        )
     return axes
 
 
@@ -141,17 +144,30 @@ def log_softmax(x: Tensor, axis: int = -1, dtype: Any = None, name: str | None =
     return _named(apply(_n.LOG_SOFTMAX, (x,), {"axis": axis}), name)
 
 
-def cross_entropy(input: Tensor, label: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
-                  reduction: str = "mean", soft_label: bool = False, axis: int = -1, use_softmax: bool = True,
-                  label_smoothing: float = 0.0, name: str | None = None) -> Tensor:
+def cross_entropy(
+    input: Tensor,
+    label: Tensor,
+    weight: Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    soft_label: bool = False,
+    axis: int = -1,
+    use_softmax: bool = True,
+    label_smoothing: float = 0.0,
+    name: str | None = None,
+) -> Tensor:
     """Softmax cross-entropy with integer labels over the last axis, fused and numerically stable."""
-    refuse_unsupported("cross_entropy", weight=weight is not None and "a tensor", soft_label=soft_label,
-                 axis=axis not in (-1, input.ndim - 1) and axis, use_softmax=not use_softmax and "False",
-                 label_smoothing=label_smoothing != 0 and label_smoothing)
+    refuse_unsupported(
+        "cross_entropy",
+        weight=weight is not None and "a tensor",
+        soft_label=soft_label,
+        axis=axis not in (-1, input.ndim - 1) and axis,
+        use_softmax=not use_softmax and "False",
+        label_smoothing=label_smoothing != 0 and label_smoothing,
+    )
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    return _named(apply(_n.CROSS_ENTROPY, (input, label), {"ignore_index": ignore_index, "reduction": reduction}),
-                  name)
+    return _named(apply(_n.CROSS_ENTROPY, (input, label), {"ignore_index": ignore_index, "reduction": reduction}), name)
 
 
 def mse_loss(input: Tensor, label: Tensor, reduction: str = "mean", name: str | None = None) -> Tensor:
@@ -167,8 +183,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str | No
     return _named(apply(_n.LINEAR, (x, weight, bias)), name)
 
 
-def dropout(x: Tensor, p: float = 0.5, axis: int | Sequence[int] | None = None, training: bool = True,
-            mode: str = "upscale_in_train", name: str | None = None) -> Tensor:
+def dropout(
+    x: Tensor,
+    p: float = 0.5,
+    axis: int | Sequence[int] | None = None,
+    training: bool = True,
+    mode: str = "upscale_in_train",
+    name: str | None = None,
+) -> Tensor:
     refuse_unsupported("dropout", axis=axis, mode=mode != "upscale_in_train" and mode)
     if not 0 <= p < 1:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")

@@ -22,8 +22,10 @@ def _labels(label: np.ndarray, logits: np.ndarray) -> np.ndarray:
     if label.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: label must be an integer tensor, got {label.dtype}")
     if squeezed.shape != logits.shape[:-1]:
-        raise ValueError(f"cross_entropy: label shape {list(label.shape)} does not match input shape "
-                         f"{list(logits.shape)} (expected {list(logits.shape[:-1])} or {list(logits.shape[:-1]) + [1]})")
+        raise ValueError(
+            f"cross_entropy: label shape {list(label.shape)} does not match input shape "
+            f"{list(logits.shape)} (expected {list(logits.shape[:-1])} or {list(logits.shape[:-1]) + [1]})"
+        )
     return squeezed
 
 
@@ -89,15 +91,43 @@ def _dropout_fwd(x, p):
 
 
 RELU = op("relu", "x", lambda x: np.maximum(x, 0), lambda g, out: (g * (out > 0),), saves="out")
-SIGMOID = op("sigmoid", "x", lambda x: 0.5 * (1 + np.tanh(0.5 * x)),  # tanh form: no overflow for large |x|
-             lambda g, out: (g * out * (1 - out),), saves="out")
-SOFTMAX = op("softmax", "x", lambda x, axis: np.exp(_log_softmax(x, axis)),
-             lambda g, out, axis: (out * (g - np.sum(g * out, axis=axis, keepdims=True)),), saves="out")
-LOG_SOFTMAX = op("log_softmax", "x", _log_softmax,
-                 lambda g, out, axis: (g - np.exp(out) * np.sum(g, axis=axis, keepdims=True),), saves="out")
-CROSS_ENTROPY = op("cross_entropy", "input label", _ce_fwd, _ce_bwd, saves="softmax safe valid",
-                   aux="softmax safe valid", differentiable=(True, False))
+SIGMOID = op(
+    "sigmoid",
+    "x",
+    lambda x: 0.5 * (1 + np.tanh(0.5 * x)),  # tanh form: no overflow for large |x|
+    lambda g, out: (g * out * (1 - out),),
+    saves="out",
+)
+SOFTMAX = op(
+    "softmax",
+    "x",
+    lambda x, axis: np.exp(_log_softmax(x, axis)),
+    lambda g, out, axis: (out * (g - np.sum(g * out, axis=axis, keepdims=True)),),
+    saves="out",
+)
+LOG_SOFTMAX = op(
+    "log_softmax",
+    "x",
+    _log_softmax,
+    lambda g, out, axis: (g - np.exp(out) * np.sum(g, axis=axis, keepdims=True),),
+    saves="out",
+)
+CROSS_ENTROPY = op(
+    "cross_entropy",
+    "input label",
+    _ce_fwd,
+    _ce_bwd,
+    saves="softmax safe valid",
+    aux="softmax safe valid",
+    differentiable=(True, False),
+)
 MSE_LOSS = op("mse_loss", "input label", _mse_fwd, _mse_bwd, saves="diff", aux="diff", promote=True)
-LINEAR = op("linear", "x weight bias", lambda x, w, b: np.matmul(x, w) + b, _linear_bwd,
-            saves="x weight needs_grad", promote=True)
+LINEAR = op(
+    "linear",
+    "x weight bias",
+    lambda x, w, b: np.matmul(x, w) + b,
+    _linear_bwd,
+    saves="x weight needs_grad",
+    promote=True,
+)
 DROPOUT = op("dropout", "x", _dropout_fwd, lambda g, mask, p: (g * mask,), saves="mask", aux="mask")

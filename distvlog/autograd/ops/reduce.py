@@ -26,11 +26,20 @@ def _max_bwd(g, x, out, axis, keepdim):
     return (_keep(g, axis, keepdim, x.ndim) * mask / mask.sum(axis=axis, keepdims=True),)  # ties share
 
 
-SUM = op("sum", "x", lambda x, axis, keepdim: np.sum(x, axis=axis, keepdims=keepdim),
-         lambda g, shape, axis, keepdim: (np.broadcast_to(_keep(g, axis, keepdim, len(shape)), shape),),
-         saves="x.shape")
-MEAN = op("mean", "x", lambda x, axis, keepdim: np.mean(x, axis=axis, keepdims=keepdim),
-          lambda g, shape, axis, keepdim: (
-              np.broadcast_to(_keep(g, axis, keepdim, len(shape)) / _count(shape, axis), shape),),
-          saves="x.shape")
+SUM = op(
+    "sum",
+    "x",
+    lambda x, axis, keepdim: np.sum(x, axis=axis, keepdims=keepdim),
+    lambda g, shape, axis, keepdim: (np.broadcast_to(_keep(g, axis, keepdim, len(shape)), shape),),
+    saves="x.shape",
+)
+MEAN = op(
+    "mean",
+    "x",
+    lambda x, axis, keepdim: np.mean(x, axis=axis, keepdims=keepdim),
+    lambda g, shape, axis, keepdim: (
+        np.broadcast_to(_keep(g, axis, keepdim, len(shape)) / _count(shape, axis), shape),
+    ),
+    saves="x.shape",
+)
 MAX = op("max", "x", lambda x, axis, keepdim: np.max(x, axis=axis, keepdims=keepdim), _max_bwd, saves="x out")

@@ -13,8 +13,10 @@ def _getitem_bwd(g, shape, index):
     return (grad,)
 
 
-RESHAPE = op("reshape", "x", lambda x, shape: np.reshape(x, shape), lambda g, xs, shape: (np.reshape(g, xs),),
-             saves="x.shape")
-TRANSPOSE = op("transpose", "x", lambda x, perm: np.transpose(x, perm),
-               lambda g, perm: (np.transpose(g, np.argsort(perm)),))
+RESHAPE = op(
+    "reshape", "x", lambda x, shape: np.reshape(x, shape), lambda g, xs, shape: (np.reshape(g, xs),), saves="x.shape"
+)
+TRANSPOSE = op(
+    "transpose", "x", lambda x, perm: np.transpose(x, perm), lambda g, perm: (np.transpose(g, np.argsort(perm)),)
+)
 GETITEM = op("slice", "x", lambda x, index: x[index], _getitem_bwd, saves="x.shape")
