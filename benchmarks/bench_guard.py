@@ -28,16 +28,17 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import textwrap  # noqa: E402
 import time  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("DISTVLOG_LOG_DIR", tempfile.mkdtemp(prefix="bench-guard-"))
 import distvlog as dv  # noqa: E402
+import distvlog.logger as dlog  # noqa: E402
 import distvlog.nn.functional as F  # noqa: E402
 from distvlog.autograd import dispatch, engine, ops  # noqa: E402
-import distvlog.logger as dlog  # noqa: E402
 
 # (module, function, [(snippet in its source, replacement)]): the guard machinery and nothing else.
 BYPASS = [

@@ -44,7 +44,7 @@ def bench_stdlib(path: str, n: int) -> float:
     class GlogFormatter(logging.Formatter):
         def format(self, r: logging.LogRecord) -> str:
             t = time.localtime(r.created)
-            return "%s%02d%02d %02d:%02d:%02d.%06d %d %s:%d] [rank 0] %s" % (
+            return "%s%02d%02d %02d:%02d:%02d.%06d %d %s:%d] [rank 0] %s" % (  # noqa: UP031 (stdlib style)
                 r.levelname[0],
                 t.tm_mon,
                 t.tm_mday,

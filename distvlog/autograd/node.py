@@ -6,8 +6,9 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
+from collections.abc import Callable
 from types import CodeType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

@@ -3,8 +3,9 @@ arrays, and what the backward needs saved. `dispatch.apply` turns it into a reco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True, eq=False)

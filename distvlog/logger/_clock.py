@@ -12,7 +12,6 @@ import time
 from . import _env
 from ._identity import IDENTITY
 
-
 SKEW_PER_RANK_US = _env.read("DISTVLOG_SIMULATE_CLOCK_SKEW_US", _env.integer, 0)
 
 

@@ -22,7 +22,6 @@ from ._identity import IDENTITY
 from ._logger import unechoed_logger
 from ._sink import SINK, RankFile
 
-
 _PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "")  # distvlog/
 _LOGGER_DIR = os.path.join(os.path.dirname(__file__), "")  # distvlog/logger/
 _LIBRARY_DIRS = ("<frozen ",) + tuple(
@@ -240,10 +239,8 @@ def _users_frame(frames: list[traceback.FrameSummary]) -> traceback.FrameSummary
 def log_failure(event: str, exc: BaseException | None, tb: Any, fatal: bool = True) -> None:
     """An F (or E) record where `exc` was raised, to the file only (whoever handles `exc` prints it to
     stderr once), flushed at once. Never raises: it runs while the program is already failing."""
-    try:
+    with contextlib.suppress(Exception):  # a record that cannot be written must not hide the failure itself
         _to_file("critical" if fatal else "error", event, _raising_line(exc, tb))
-    except Exception:
-        pass  # a record that cannot be written must not hide the failure itself
 
 
 def _to_file(method: str, event: str, where: traceback.FrameSummary | None) -> None:

@@ -12,8 +12,8 @@ import functools
 import os
 import sys
 import traceback
-from collections.abc import Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import structlog
 

@@ -15,7 +15,7 @@ from ._clock import SKEW_PER_RANK_US
 from ._identity import IDENTITY
 
 SEVERITY = {"info": "I", "vlog": "I", "warning": "W", "error": "E", "critical": "F"}
-CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("distvlog_context", default={})
+CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("distvlog_context", default={})  # noqa: B039 (never mutated: bind_context sets a new dict)
 # Frames of the logger itself, between the caller and the processors, by id: hashing a code object hashes
 # its constants, nested functions' code included, on every look-up. The dict holds the codes: ids stay theirs.
 _SKIP_CODES: dict[int, CodeType] = {}

@@ -12,11 +12,10 @@ import fnmatch
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import Union
 
 from . import _env
 
-LevelSpec = Union[int, Mapping[str, int], str]
+LevelSpec = int | Mapping[str, int] | str
 
 
 def _check_level(level: object, what: str) -> int:

@@ -8,6 +8,7 @@ process started by the file's writer (a helper of that rank) joins that run inst
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -83,10 +84,8 @@ def sanitize_run_id(run_id: str) -> str:
 
 
 def _real_dir(path: Path) -> None:
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(path)
-    except FileExistsError:
-        pass
     if not stat.S_ISDIR(os.lstat(path).st_mode):
         raise NotADirectoryError(errno.ENOTDIR, "not a directory (symlinks are not followed)", str(path))
 
@@ -152,7 +151,5 @@ def point_latest(root: Path, run_id: str) -> None:
         os.symlink(run_id, tmp)
         os.replace(tmp, link)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass

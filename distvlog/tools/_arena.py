@@ -23,7 +23,7 @@ class Slot:
     buffer: np.ndarray
     base: int
     view: np.ndarray
-    owner: "Arena | None" = None
+    owner: Arena | None = None
     index: int = -1
 
     def release(self) -> None:

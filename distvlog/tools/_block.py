@@ -30,7 +30,7 @@ class Counts:
     header: int = 0
     skipped: Counter = field(default_factory=Counter)
 
-    def add(self, other: "Counts") -> None:
+    def add(self, other: Counts) -> None:
         self.records.update(other.records)
         self.lines += other.lines
         self.header += other.header
@@ -39,7 +39,7 @@ class Counts:
 
 @dataclass(eq=False)
 class Block:
-    source: "Source"
+    source: Source
     slot: Slot
     start: np.ndarray  # record starts in slot.buffer, ascending (file order)
     end: np.ndarray  # record ends (after the last '\n')

@@ -10,7 +10,7 @@ import argparse
 import datetime as _dt
 import fnmatch
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

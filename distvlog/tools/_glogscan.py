@@ -78,7 +78,7 @@ class Stamps:
     day: np.ndarray
     tod_us: np.ndarray  # microseconds since local midnight
 
-    def select(self, rows: np.ndarray) -> "Stamps":
+    def select(self, rows: np.ndarray) -> Stamps:
         return Stamps(
             self.severity[rows],
             None if self.year is None else self.year[rows],

@@ -116,7 +116,7 @@ class Clock:
     points: list[tuple[float, int]] = field(default_factory=list)
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any] | None) -> "Clock":
+    def from_meta(cls, meta: dict[str, Any] | None) -> Clock:
         if not meta:
             return cls()
         return cls([p for p in (_slot(meta.get("clock_start")), _slot(meta.get("clock_end"))) if p])

@@ -13,9 +13,9 @@ input's blocks are parsed one at a time, in order, but two inputs' at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import numpy as np
 

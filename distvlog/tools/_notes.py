@@ -7,8 +7,8 @@ it could read): what was skipped is said, a line a warning, and no records at al
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from .._errors import InputError
 from ._block import Counts

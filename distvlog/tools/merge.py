@@ -12,9 +12,9 @@ import contextlib
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 from .._errors import InputError
 from . import _filters

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 import zlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -26,8 +26,8 @@ from ._arena import SLOT_BYTES, Slot, plain_alloc
 from ._block import Block, Counts
 from ._files import BadFile, InputFile, open_input, parse_rank_of, rank_given, resolve_inputs
 from ._foreign import _NCCL_RANK
-from ._glogblock import GlogParser, RankRule, UnknownRank
 from ._gather import restamp
+from ._glogblock import GlogParser, RankRule, UnknownRank
 from ._glogscan import OURS, PAD, Calendar, detect_variant, line_starts
 from ._notes import Warn, ignore
 from ._record import Record

@@ -88,6 +88,8 @@ def test_svg_rendered_when_graphviz_is_installed(tmp_path):
 def test_an_unusable_dump_path_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(dv._errors.InputError, match=r"cannot create .*file/sub"):
-        with dv.capture_backward_subgraph_guard(blocker / "sub"):
-            pass
+    with (
+        pytest.raises(dv._errors.InputError, match=r"cannot create .*file/sub"),
+        dv.capture_backward_subgraph_guard(blocker / "sub"),
+    ):
+        pass

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gradcheck import check_gradients
 
 import distvlog as dv
 import distvlog.nn.functional as F
-
-from gradcheck import check_gradients
 
 rng = np.random.default_rng(42)
 

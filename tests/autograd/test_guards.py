@@ -136,9 +136,8 @@ def test_nested_guards_are_a_stack_and_sequential_guards_keep_their_levels(recor
 
 def test_an_exception_inside_the_guard_restores_the_outer_level():
     with dv.backward_vlog_guard(4):
-        with pytest.raises(KeyError):
-            with dv.backward_vlog_guard(7):
-                raise KeyError("x")
+        with pytest.raises(KeyError), dv.backward_vlog_guard(7):
+            raise KeyError("x")
         assert dv.autograd.guards.STATE.vlog_tag == 4
     assert dv.autograd.guards.STATE.vlog_tag is None
 
@@ -174,9 +173,8 @@ def test_a_guard_closed_out_of_order_leaves_the_setting_to_the_guards_still_open
 
 @pytest.mark.parametrize("bad", [True, False, 4.0, "4", None])
 def test_the_level_must_be_an_int(bad):
-    with pytest.raises(TypeError, match="must be an int"):
-        with dv.backward_vlog_guard(bad):
-            pass
+    with pytest.raises(TypeError, match="must be an int"), dv.backward_vlog_guard(bad):
+        pass
 
 
 def test_the_guard_is_per_thread(records):

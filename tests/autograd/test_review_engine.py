@@ -5,7 +5,7 @@ hands out writable arrays; backward() threads accumulating into one leaf lose no
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest

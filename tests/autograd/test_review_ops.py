@@ -11,10 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gradcheck import check_gradients
 
 import distvlog as dv
-
-from gradcheck import check_gradients
 
 rng = np.random.default_rng(7)
 

@@ -138,11 +138,11 @@ def mode_frozen() -> None:
     model = dv.DataParallel(WithFrozen(seed=dv.get_rank()))
     train(model, 3)
     frozen = model.parameters()[2]
-    fields = dict(
-        frozen=frozen.numpy().tolist(),
-        digest=model.check_parameters(),
-        reduced=[p.name for b in model.buckets for p in b.params],
-    )
+    fields = {
+        "frozen": frozen.numpy().tolist(),
+        "digest": model.check_parameters(),
+        "reduced": [p.name for b in model.buckets for p in b.params],
+    }
     if dv.get_rank() == 1:
         frozen.numpy()[0] += 1.0
     try:

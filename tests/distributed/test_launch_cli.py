@@ -58,7 +58,7 @@ def test_a_failing_rank_aborts_the_job_and_is_named(run_cli, tmp_path):
     assert proc.returncode != 0
     assert "distvlog launch: rank 1 failed: ValueError: boom on rank 1 (fail.py:11)" in proc.stderr
     run_dir = run_dir_of(proc)
-    assert "F" == re.search(r"^(\w)\S+ .*Unhandled exception", (run_dir / "rank-1.log").read_text(), re.M).group(1)
+    assert re.search(r"^(\w)\S+ .*Unhandled exception", (run_dir / "rank-1.log").read_text(), re.M).group(1) == "F"
     timeline = (run_dir / "timeline.log").read_text()
     for rank in (0, 2, 3):  # killed while waiting for rank 1, their records are on disk and merged all the same
         assert "waiting for rank 1" in (run_dir / f"rank-{rank}.log").read_text()

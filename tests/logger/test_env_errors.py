@@ -20,7 +20,7 @@ print(dict(v=rules.level, vmodule=rules.patterns, format=_sink.SINK.format, suff
            flush=_lifecycle.FLUSH_INTERVAL_S, skew=_clock.SKEW_PER_RANK_US,
            rank=(dlog.IDENTITY.rank, dlog.IDENTITY.world_size)))
 """
-DEFAULTS = dict(v=0, vmodule=(), format="glog", suffix=".log", flush=0.5, skew=0, rank=(0, 1))
+DEFAULTS = {"v": 0, "vmodule": (), "format": "glog", "suffix": ".log", "flush": 0.5, "skew": 0, "rank": (0, 1)}
 
 
 @pytest.mark.parametrize(

@@ -166,9 +166,8 @@ def test_bad_levels_at_run_time_change_nothing(fresh_rules, spec, error, message
     before = fresh_rules._process
     with pytest.raises(error, match=re.escape(message)):
         set_vlog_level(spec)
-    with pytest.raises(error, match=re.escape(message)):
-        with vlog_guard(spec):
-            pass
+    with pytest.raises(error, match=re.escape(message)), vlog_guard(spec):
+        pass
     assert fresh_rules._process is before and fresh_rules.ceiling == 2
 
 
@@ -195,11 +194,10 @@ def test_vlog_guard_nests_and_restores_on_exception(fresh_rules):
     log, engine = get_logger("tests.rules.train"), get_logger("distvlog.autograd.engine")
     with vlog_guard(2):
         assert log.vlog_is_on(2) and engine.vlog_is_on(2) and not log.vlog_is_on(3)
-        with pytest.raises(RuntimeError):
-            with vlog_guard({"engine": 6}):
-                assert engine.vlog_is_on(6) and log.vlog_is_on(2) and not log.vlog_is_on(3)
-                assert fresh_rules.ceiling == 6
-                raise RuntimeError
+        with pytest.raises(RuntimeError), vlog_guard({"engine": 6}):
+            assert engine.vlog_is_on(6) and log.vlog_is_on(2) and not log.vlog_is_on(3)
+            assert fresh_rules.ceiling == 6
+            raise RuntimeError
         assert not engine.vlog_is_on(3) and engine.vlog_is_on(2)
         assert fresh_rules.ceiling == 2
     assert not log.vlog_is_on(1) and not engine.vlog_is_on(1)

@@ -234,7 +234,7 @@ def test_any_interleaving_through_tiny_blocks_is_a_stable_sort(tmp_path_factory,
         ts, recs = T0, []
         for i, (gap, multi) in enumerate(gaps):
             ts += gap
-            recs.append((ts, f"I r{rank} n{i}" + ("\nmore of r%d n%d" % (rank, i) if multi else "")))
+            recs.append((ts, f"I r{rank} n{i}" + (f"\nmore of r{rank} n{i}" if multi else "")))
             expected.append((ts, rank, i))
         (tmp / f"rank-{rank}.log").write_text(ours(rank, recs, host="h"))
     old = reader.CHUNK

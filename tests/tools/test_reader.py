@@ -8,12 +8,11 @@ import re
 import shutil
 
 import pytest
+from tools_logfiles import DATA, T0, expected_tags, ours
 
 from distvlog._errors import InputError
 from distvlog.tools import reader
 from distvlog.tools.reader import open_sources, read_records
-
-from tools_logfiles import DATA, T0, expected_tags, ours
 
 TAG = re.compile(r"r(\d+)t\d+i\d+")
 
