@@ -27,9 +27,10 @@ def unique_name(prefix: str) -> str:
 
 
 def _snake(name: str) -> str:
-    """`Linear` -> `linear`, `MyMLP` -> `my_mlp`, `ReLU` -> `re_lu` (Paddle's camel-to-snake rule)."""
+    """`Linear` -> `linear`, `MyMLP` -> `my_mlp`, `ReLU` -> `re_lu`, `Conv2D` -> `conv2d` (Paddle's
+    camel-to-snake rule: no break after a digit)."""
     name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 class Parameter(Tensor):
