@@ -1,5 +1,48 @@
-"""`distvlog.nn.functional`: activations and losses, as `paddle.nn.functional`."""
+"""`distvlog.nn.functional`: activations, convolution, pooling, normalisation and losses, as
+`paddle.nn.functional`."""
 
-from ..autograd.ops import cross_entropy, dropout, linear, log_softmax, mse_loss, relu, sigmoid, softmax, tanh
+from ..autograd.ops import (
+    avg_pool2d,
+    batch_norm,
+    conv2d,
+    cross_entropy,
+    dropout,
+    elu,
+    gelu,
+    hardswish,
+    leaky_relu,
+    linear,
+    log_softmax,
+    max_pool2d,
+    mse_loss,
+    relu,
+    relu6,
+    sigmoid,
+    silu,
+    softmax,
+    softplus,
+    tanh,
+)
 
-__all__ = ["cross_entropy", "dropout", "linear", "log_softmax", "mse_loss", "relu", "sigmoid", "softmax", "tanh"]
+__all__ = [
+    "avg_pool2d",
+    "batch_norm",
+    "conv2d",
+    "cross_entropy",
+    "dropout",
+    "elu",
+    "gelu",
+    "hardswish",
+    "leaky_relu",
+    "linear",
+    "log_softmax",
+    "max_pool2d",
+    "mse_loss",
+    "relu",
+    "relu6",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "softplus",
+    "tanh",
+]

@@ -9,9 +9,12 @@ import numpy as np
 
 from ..._errors import refuse_unsupported
 from ..dispatch import apply
+from ..opdef import OpDef
 from ..tensor import Tensor
+from . import conv as _c
 from . import math as _m
 from . import nn as _n
+from . import norm as _bn
 from . import reduce as _r
 from . import shape as _s
 
@@ -100,6 +103,20 @@ def max(x: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = Fals
 def reshape(x: Tensor, shape: Sequence[int], name: str | None = None) -> Tensor:
     shape = tuple(x.shape[i] if s == 0 else int(s) for i, s in enumerate(shape))  # Paddle: 0 keeps that dim
     return _named(apply(_s.RESHAPE, (x,), {"shape": shape}), name)
+
+
+def flatten(x: Tensor, start_axis: int = 0, stop_axis: int = -1, name: str | None = None) -> Tensor:
+    """Axes start_axis..stop_axis (inclusive, negative counts from the end) merged into one; a 0-d tensor
+    becomes [1], as in Paddle."""
+    if x.ndim == 0:
+        return reshape(x, [1], name)
+    start, stop = (a + x.ndim if a < 0 else a for a in (start_axis, stop_axis))
+    if not 0 <= start <= stop < x.ndim:
+        raise ValueError(
+            f"flatten: need 0 <= start_axis <= stop_axis < {x.ndim} (negative counts from the end), "
+            f"got start_axis={start_axis}, stop_axis={stop_axis} for shape {x.shape}"
+        )
+    return _named(apply(_s.FLATTEN, (x,), {"start_axis": start, "stop_axis": stop}), name)
 
 
 def _permutation(perm: Sequence[int], ndim: int) -> tuple[int, ...]:
@@ -198,3 +215,164 @@ def dropout(
     if not training or p == 0:
         return x
     return _named(apply(_n.DROPOUT, (x,), {"p": p}), name)
+
+
+def _activation(opdef: OpDef, x: Tensor, name: str | None, **attrs: Any) -> Tensor:
+    return _named(apply(opdef, (x,), attrs), name)
+
+
+def relu6(x: Tensor, name: str | None = None) -> Tensor:
+    return _activation(_n.RELU6, x, name)
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01, name: str | None = None) -> Tensor:
+    return _activation(_n.LEAKY_RELU, x, name, negative_slope=negative_slope)
+
+
+def elu(x: Tensor, alpha: float = 1.0, name: str | None = None) -> Tensor:
+    return _activation(_n.ELU, x, name, alpha=alpha)
+
+
+def gelu(x: Tensor, approximate: bool = False, name: str | None = None) -> Tensor:
+    """x * Phi(x) with the exact normal CDF (erf, elementwise in Python: slow on big tensors), or with
+    `approximate=True` its tanh approximation (fast)."""
+    return _activation(_n.GELU, x, name, approximate=bool(approximate))
+
+
+def silu(x: Tensor, name: str | None = None) -> Tensor:
+    return _activation(_n.SILU, x, name)
+
+
+def softplus(x: Tensor, beta: float = 1, threshold: float = 20, name: str | None = None) -> Tensor:
+    return _activation(_n.SOFTPLUS, x, name, beta=beta, threshold=threshold)
+
+
+def hardswish(x: Tensor, name: str | None = None) -> Tensor:
+    return _activation(_n.HARDSWISH, x, name)
+
+
+# -- convolution, pooling, normalisation (NCHW only) -------------------------------------------------
+def _nchw(api: str, x: Tensor, data_format: str) -> None:
+    refuse_unsupported(api, data_format=data_format != "NCHW" and data_format)
+    if x.ndim != 4:
+        raise ValueError(f"{api}: x must be 4-D [N, C, H, W], got shape {x.shape}")
+
+
+def conv2d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: str | int | Sequence[Any] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    data_format: str = "NCHW",
+    name: str | None = None,
+) -> Tensor:
+    """Paddle's `conv2d`: weight [out_channels, in_channels / groups, kh, kw]. Recorded as Paddle records it:
+    the `conv2d` op (`depthwise_conv2d` when groups == in_channels > 1), then the bias reshaped to
+    [1, C, 1, 1] and added by its own op."""
+    _nchw("conv2d", x, data_format)
+    if weight.ndim != 4:
+        raise ValueError(f"conv2d: weight must be 4-D [out_channels, in_channels/groups, kh, kw], got {weight.shape}")
+    channels, out_channels = x.shape[1], weight.shape[0]
+    if not isinstance(groups, (int, np.integer)) or groups < 1 or out_channels % groups:
+        raise ValueError(f"conv2d: groups must be a positive divisor of out_channels={out_channels}, got {groups!r}")
+    if weight.shape[1] * groups != channels:
+        raise ValueError(
+            f"conv2d: weight {weight.shape} with groups={groups} takes {weight.shape[1] * groups} input channels, "
+            f"x {x.shape} has {channels}"
+        )
+    kernel = (weight.shape[2], weight.shape[3])
+    strides = _c.pair("conv2d", "stride", stride)
+    paddings, dilations = _c.resolve_padding(
+        "conv2d", padding, x.shape[2:], kernel, strides, _c.pair("conv2d", "dilation", dilation)
+    )
+    depthwise = groups == channels > 1 and out_channels % channels == 0
+    attrs = {"strides": strides, "paddings": paddings, "dilations": dilations, "groups": int(groups)}
+    out = apply(_c.DEPTHWISE_CONV2D if depthwise else _c.CONV2D, (x, weight), attrs)
+    if bias is not None:
+        out = add(out, reshape(bias, [1, -1, 1, 1]))
+    return _named(out, name)
+
+
+def _pool2d(api, x, kernel_size, stride, padding, ceil_mode, data_format, **attrs) -> Tensor:
+    _nchw(api, x, data_format)
+    kernel = _c.pair(api, "kernel_size", kernel_size)
+    strides = kernel if stride is None else _c.pair(api, "stride", stride)
+    paddings, _ = _c.resolve_padding(api, padding, x.shape[2:], kernel, strides, (1, 1))
+    geometry = {"kernel_size": kernel, "strides": strides, "paddings": paddings, "ceil_mode": bool(ceil_mode)}
+    return apply(_c.POOL2D, (x,), {**geometry, **attrs})
+
+
+def max_pool2d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: str | int | Sequence[Any] = 0,
+    return_mask: bool = False,
+    ceil_mode: bool = False,
+    data_format: str = "NCHW",
+    name: str | None = None,
+) -> Tensor:
+    """The maximum of each window (stride defaults to the kernel size); padding never wins. Recorded as
+    Paddle's `pool2d` op."""
+    refuse_unsupported("max_pool2d", return_mask=return_mask)
+    out = _pool2d(
+        "max_pool2d", x, kernel_size, stride, padding, ceil_mode, data_format,
+        pooling_type="max", exclusive=True, divisor_override=None,
+    )  # fmt: skip
+    return _named(out, name)
+
+
+def avg_pool2d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: str | int | Sequence[Any] = 0,
+    ceil_mode: bool = False,
+    exclusive: bool = True,
+    divisor_override: float | None = None,
+    data_format: str = "NCHW",
+    name: str | None = None,
+) -> Tensor:
+    """The mean of each window. `exclusive` (Paddle's default) divides by the input pixels the window covers,
+    else by kh*kw (PyTorch's count_include_pad=True); `divisor_override` replaces either. Recorded as
+    Paddle's `pool2d` op."""
+    out = _pool2d(
+        "avg_pool2d", x, kernel_size, stride, padding, ceil_mode, data_format,
+        pooling_type="avg", exclusive=bool(exclusive), divisor_override=divisor_override,
+    )  # fmt: skip
+    return _named(out, name)
+
+
+def batch_norm(
+    x: Tensor,
+    running_mean: Tensor,
+    running_var: Tensor,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.9,
+    epsilon: float = 1e-05,
+    data_format: str = "NCHW",
+    use_global_stats: bool | None = None,
+    name: str | None = None,
+) -> Tensor:
+    """Normalise each channel (axis 1) of x, then scale by `weight` and shift by `bias`. The statistics are
+    the batch's when training (and the running ones are updated in place, Paddle's momentum: running =
+    momentum * running + (1 - momentum) * batch), the running ones otherwise; `use_global_stats` forces
+    either way."""
+    refuse_unsupported("batch_norm", data_format=data_format not in ("NC", "NCL", "NCHW", "NCDHW") and data_format)
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm: x must have a channel axis (shape [N, C, ...]), got shape {x.shape}")
+    for arg, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
+        if t is not None and t.shape != [x.shape[1]]:
+            raise ValueError(f"batch_norm: {arg} must have shape [{x.shape[1]}] (x's channels), got {t.shape}")
+    use_batch_stats = training if use_global_stats is None else not use_global_stats
+    attrs = {"momentum": momentum, "epsilon": epsilon, "use_batch_stats": use_batch_stats}
+    out = apply(_bn.BATCH_NORM, (x, running_mean, running_var, weight, bias), attrs)
+    if use_batch_stats:  # the forward changed them in place
+        running_mean._version += 1
+        running_var._version += 1
+    return _named(out, name)

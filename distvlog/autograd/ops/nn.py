@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..opdef import op
@@ -90,14 +92,12 @@ def _dropout_fwd(x, p):
     return x * mask, {"mask": mask}
 
 
+def _sigmoid(x):
+    return 0.5 * (1 + np.tanh(0.5 * x))  # tanh form: no overflow for large |x|
+
+
 RELU = op("relu", "x", lambda x: np.maximum(x, 0), lambda g, out: (g * (out > 0),), saves="out")
-SIGMOID = op(
-    "sigmoid",
-    "x",
-    lambda x: 0.5 * (1 + np.tanh(0.5 * x)),  # tanh form: no overflow for large |x|
-    lambda g, out: (g * out * (1 - out),),
-    saves="out",
-)
+SIGMOID = op("sigmoid", "x", _sigmoid, lambda g, out: (g * out * (1 - out),), saves="out")
 SOFTMAX = op(
     "softmax",
     "x",
@@ -131,3 +131,66 @@ LINEAR = op(
     promote=True,
 )
 DROPOUT = op("dropout", "x", _dropout_fwd, lambda g, mask, p: (g * mask,), saves="mask", aux="mask")
+
+
+# -- more activations (Paddle's formulas and attribute names) -------------------------------------------
+_erf = np.frompyfunc(math.erf, 1, 1)  # numpy has no erf; math's is exact (~0.1 µs an element)
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def _gelu_fwd(x, approximate):
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)).astype(x.dtype))
+
+
+def _gelu_bwd(g, x, approximate):
+    if approximate:
+        t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))
+        return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)),)
+    cdf = 0.5 * (1 + _erf(x / math.sqrt(2)).astype(x.dtype))
+    return (g * (cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)),)
+
+
+def _silu_bwd(g, x):
+    s = _sigmoid(x)
+    return (g * s * (1 + x * (1 - s)),)
+
+
+def _softplus_fwd(x, beta, threshold):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (Paddle's linear tail)."""
+    bx = beta * x
+    return np.where(bx > threshold, x, np.logaddexp(0, bx) / beta)
+
+
+RELU6 = op("relu6", "x", lambda x: np.clip(x, 0, 6), lambda g, out: (g * ((out > 0) & (out < 6)),), saves="out")
+LEAKY_RELU = op(
+    "leaky_relu",
+    "x",
+    lambda x, negative_slope: np.where(x > 0, x, negative_slope * x),
+    lambda g, x, negative_slope: (np.where(x > 0, g, negative_slope * g),),
+    saves="x",
+)
+ELU = op(
+    "elu",
+    "x",
+    lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
+    lambda g, x, out, alpha: (np.where(x > 0, g, g * (out + alpha)),),
+    saves="x out",
+)
+GELU = op("gelu", "x", _gelu_fwd, _gelu_bwd, saves="x")
+SILU = op("silu", "x", lambda x: x * _sigmoid(x), _silu_bwd, saves="x")
+SOFTPLUS = op(
+    "softplus",
+    "x",
+    _softplus_fwd,
+    lambda g, x, beta, threshold: (np.where(beta * x > threshold, g, g * _sigmoid(beta * x)),),
+    saves="x",
+)
+HARDSWISH = op(
+    "hardswish",
+    "x",
+    lambda x: x * np.clip(x + 3, 0, 6) / 6,
+    lambda g, x: (g * np.where(x < -3, 0, np.where(x > 3, 1, (2 * x + 3) / 6)),),
+    saves="x",
+)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..opdef import op
@@ -13,9 +15,19 @@ def _getitem_bwd(g, shape, index):
     return (grad,)
 
 
-RESHAPE = op(
-    "reshape", "x", lambda x, shape: np.reshape(x, shape), lambda g, xs, shape: (np.reshape(g, xs),), saves="x.shape"
-)
+def _flatten(x, start_axis, stop_axis):
+    """Axes start_axis..stop_axis (non-negative, inclusive) merged into one."""
+    return np.reshape(
+        x, x.shape[:start_axis] + (math.prod(x.shape[start_axis : stop_axis + 1]),) + x.shape[stop_axis + 1 :]
+    )
+
+
+def _to_input_shape(g, x_shape, **_attrs):
+    return (np.reshape(g, x_shape),)
+
+
+RESHAPE = op("reshape", "x", lambda x, shape: np.reshape(x, shape), _to_input_shape, saves="x.shape")
+FLATTEN = op("flatten", "x", _flatten, _to_input_shape, saves="x.shape")
 TRANSPOSE = op(
     "transpose", "x", lambda x, perm: np.transpose(x, perm), lambda g, perm: (np.transpose(g, np.argsort(perm)),)
 )
