@@ -1,4 +1,4 @@
-"""The layers an MLP is built from (Paddle's names and weight layout)."""
+"""The layers an MLP is built from (Paddle's names and weight layout), and their parameter arguments."""
 
 from __future__ import annotations
 
@@ -7,16 +7,33 @@ from collections.abc import Iterator
 from typing import Any
 
 from .._errors import refuse_unsupported
+from ..autograd import flatten
 from ..autograd.tensor import Tensor
 from . import functional as F
 from .initializer import Initializer
-from .layer import Layer
+from .layer import Layer, Parameter
+
+
+def check_param_attrs(api: str, weight_attr: Any, bias_attr: Any) -> None:
+    """`weight_attr` / `bias_attr` take an initializer or None, and `bias_attr` also a bool (False: no bias);
+    anything else (Paddle's ParamAttr) raises rather than being ignored."""
+    for arg, attr in (("weight_attr", weight_attr), ("bias_attr", bias_attr)):
+        if not (attr is None or callable(attr) or (arg == "bias_attr" and isinstance(attr, bool))):
+            raise NotImplementedError(
+                f"{api}: {arg}={attr!r} is not supported (pass an initializer from distvlog.nn.initializer, or None)"
+            )
+
+
+def create_bias(layer: Layer, shape: list[int], bias_attr: Initializer | bool | None) -> Parameter | None:
+    """The layer's bias (zeros unless `bias_attr` is an initializer), or None for `bias_attr=False`."""
+    if bias_attr is False:
+        return None
+    return layer.create_parameter(shape, None if bias_attr is True else bias_attr, is_bias=True)
 
 
 class Linear(Layer):
     """y = x @ weight + bias with weight of shape [in_features, out_features], as in Paddle (PyTorch stores
-    the transpose). `weight_attr` / `bias_attr` take an initializer; `bias_attr=False` drops the bias.
-    Anything else (Paddle's ParamAttr) raises rather than being ignored."""
+    the transpose). `weight_attr` / `bias_attr`: see `check_param_attrs`."""
 
     def __init__(
         self,
@@ -27,19 +44,10 @@ class Linear(Layer):
         name: str | None = None,
     ) -> None:
         super().__init__(name)
-        for arg, attr in (("weight_attr", weight_attr), ("bias_attr", bias_attr)):
-            if not (attr is None or callable(attr) or (arg == "bias_attr" and isinstance(attr, bool))):
-                raise NotImplementedError(
-                    f"Linear: {arg}={attr!r} is not supported (pass an initializer from "
-                    "distvlog.nn.initializer, or None)"
-                )
+        check_param_attrs("Linear", weight_attr, bias_attr)
         self.in_features, self.out_features = in_features, out_features
         self.weight = self.create_parameter([in_features, out_features], weight_attr)
-        self.bias = (
-            None
-            if bias_attr is False
-            else self.create_parameter([out_features], None if bias_attr is True else bias_attr, is_bias=True)
-        )
+        self.bias = create_bias(self, [out_features], bias_attr)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -77,19 +85,18 @@ class Sequential(Layer):
         return iter(self._sub_layers.values())
 
 
-class ReLU(Layer):
+class Flatten(Layer):
+    """Merges axes start_axis..stop_axis (inclusive) into one: [N, C, H, W] -> [N, C*H*W] by default."""
+
+    def __init__(self, start_axis: int = 1, stop_axis: int = -1) -> None:
+        super().__init__()
+        self.start_axis, self.stop_axis = start_axis, stop_axis
+
     def forward(self, x: Tensor) -> Tensor:
-        return F.relu(x)
+        return flatten(x, self.start_axis, self.stop_axis)
 
-
-class Tanh(Layer):
-    def forward(self, x: Tensor) -> Tensor:
-        return F.tanh(x)
-
-
-class Sigmoid(Layer):
-    def forward(self, x: Tensor) -> Tensor:
-        return F.sigmoid(x)
+    def extra_repr(self) -> str:
+        return f"start_axis={self.start_axis}, stop_axis={self.stop_axis}"
 
 
 class Dropout(Layer):
