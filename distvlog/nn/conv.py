@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import refuse_unsupported
-from ..autograd.ops import conv
+from ..autograd.ops.conv import pair
 from ..autograd.tensor import Tensor
 from . import functional as F
 from .initializer import Initializer, Normal
@@ -46,7 +46,7 @@ class Conv2D(Layer):
             raise ValueError(
                 f"Conv2D: groups must divide in_channels={in_channels} and out_channels={out_channels}, got {groups!r}"
             )
-        self._kernel_size = conv.pair("Conv2D", "kernel_size", kernel_size)
+        self._kernel_size = pair("Conv2D", "kernel_size", kernel_size)
         self._in_channels, self._out_channels, self._groups = in_channels, out_channels, groups
         self._stride, self._padding, self._dilation = stride, padding, dilation
         std = math.sqrt(2.0 / (math.prod(self._kernel_size) * in_channels))

@@ -16,7 +16,7 @@ from .._errors import refuse_unsupported
 from ..autograd.tensor import Tensor
 from . import functional as F
 from .initializer import Constant, Initializer
-from .layer import Layer, unique_name
+from .layer import Layer, Parameter, unique_name
 from .layers import check_param_attrs
 
 
@@ -51,12 +51,12 @@ class _BatchNormBase(Layer):
         self._mean = self._statistic(0.0)
         self._variance = self._statistic(1.0)
 
-    def _affine(self, shape: list[int], attr: Any, default: Initializer, is_bias: bool) -> Any:
-        frozen = attr is False
+    def _affine(self, shape: list[int], attr: Any, default: Initializer, is_bias: bool) -> Parameter:
+        """weight or bias: trainable, or with attr=False frozen at its default value (Paddle's convention)."""
         param = self.create_parameter(
             shape, None if isinstance(attr, bool) else attr, is_bias=is_bias, default_initializer=default
         )
-        param.stop_gradient = frozen
+        param.stop_gradient = attr is False
         return param
 
     def _statistic(self, value: float) -> Tensor:

@@ -42,12 +42,14 @@ POINTS = np.array([-7.3, -4.1, -2.9, -1.2, -0.4, 0.3, 1.1, 2.2, 3.6, 4.9, 6.8])
 
 @pytest.mark.parametrize("name", ACTIVATIONS)
 def test_values_follow_the_formula(name):
+    """Each activation equals its formula on points either side of its kinks."""
     call, formula = ACTIVATIONS[name]
     np.testing.assert_allclose(call(dv.to_tensor(POINTS)).numpy(), formula(POINTS), rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.parametrize("name", ACTIVATIONS)
 def test_gradients_match_finite_differences(name):
+    """Each activation's gradient, float64 central differences."""
     call, _ = ACTIVATIONS[name]
     check_gradients(call, POINTS.reshape(1, -1).repeat(2, axis=0) * np.array([[1.0], [0.9]]))
 
@@ -67,6 +69,7 @@ def test_softplus_is_finite_far_out():
 
 @pytest.mark.parametrize(("call", "op_name"), [(F.relu6, "relu6"), (F.gelu, "gelu"), (F.silu, "silu")])
 def test_each_records_a_node_named_after_paddles_op(call, op_name):
+    """The node takes Paddle's op name: relu61GradNode, gelu1GradNode, ..."""
     x = dv.randn([3])
     x.stop_gradient = False
     node = call(x).grad_fn

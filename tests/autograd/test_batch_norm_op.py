@@ -48,6 +48,7 @@ def test_training_updates_the_running_statistics_with_paddles_momentum_and_the_b
 
 
 def test_eval_uses_the_running_statistics_and_leaves_them_alone():
+    """(x - running mean) / sqrt(running variance + eps); no update, no version bump."""
     x = np.random.default_rng(2).standard_normal((3, 2, 4))
     running_mean, running_var = dv.to_tensor(np.array([0.5, -1.0])), dv.to_tensor(np.array([4.0, 0.25]))
     out = F.batch_norm(dv.to_tensor(x), running_mean, running_var, training=False).numpy()
@@ -81,6 +82,7 @@ def test_gradients_match_finite_differences(shape, training):
 
 
 def test_without_weight_and_bias_gradients_still_match():
+    """weight=None and bias=None: x's gradient through batch statistics alone."""
     x = np.random.default_rng(5).standard_normal((5, 3, 2))
     check_gradients(lambda x: F.batch_norm(x, *stats(3), training=True), x)
 
@@ -96,6 +98,7 @@ def test_float32_running_statistics_with_float64_input():
 
 
 def test_the_node_is_paddles_batch_norm_with_its_slot_names():
+    """batch_norm<n>GradNode with Paddle's slots; the statistics take no gradient."""
     x = dv.randn([4, 2])
     weight, bias = dv.ones([2]), dv.zeros([2])
     weight.stop_gradient = bias.stop_gradient = False
@@ -118,11 +121,13 @@ def test_the_node_is_paddles_batch_norm_with_its_slot_names():
     ],
 )
 def test_bad_arguments_raise_one_clear_error(kwargs, error, message):
+    """A layout other than NCHW, or a statistic or parameter of the wrong size, is named."""
     args = {"running_mean": dv.zeros([2]), "running_var": dv.ones([2]), **kwargs}
     with pytest.raises(error, match=message):
         F.batch_norm(dv.randn([4, 2, 3, 3]), **args)
 
 
 def test_a_1d_input_is_refused():
+    """An input without a channel axis is refused, naming its shape."""
     with pytest.raises(ValueError, match=r"channel axis \(shape \[N, C, ...\]\), got shape \[4\]"):
         F.batch_norm(dv.randn([4]), dv.zeros([4]), dv.ones([4]))

@@ -41,15 +41,18 @@ def reference_conv2d(x, w, stride, pads, dilation, groups):
 CASES = {
     "plain, odd sizes, 3x2 kernel": ((2, 3, 7, 6), (4, 3, 3, 2), {}, (0, 0, 0, 0), (1, 1)),
     "stride 2, padding 1": ((2, 3, 7, 8), (4, 3, 3, 3), {"stride": 2, "padding": 1}, (1, 1, 1, 1), (1, 1)),
-    "stride (2, 1), padding [1, 0]": ((1, 2, 7, 5), (3, 2, 3, 3), {"stride": [2, 1], "padding": [1, 0]}, (1, 1, 0, 0), (1, 1)),
+    "stride (2, 1), padding [1, 0]":
+        ((1, 2, 7, 5), (3, 2, 3, 3), {"stride": [2, 1], "padding": [1, 0]}, (1, 1, 0, 0), (1, 1)),
     "dilation 2, padding 2": ((2, 2, 9, 8), (3, 2, 3, 3), {"dilation": 2, "padding": 2}, (2, 2, 2, 2), (2, 2)),
     "groups 2": ((2, 4, 6, 5), (6, 2, 3, 3), {"groups": 2, "padding": 1}, (1, 1, 1, 1), (1, 1)),
     "depthwise, multiplier 2": ((2, 3, 6, 6), (6, 1, 3, 3), {"groups": 3}, (0, 0, 0, 0), (1, 1)),
     "padding top, bottom, left, right": ((1, 2, 5, 6), (2, 2, 3, 3), {"padding": [1, 0, 2, 1]}, (1, 0, 2, 1), (1, 1)),
-    "padding as NCHW pairs": ((1, 2, 5, 6), (2, 2, 2, 3), {"padding": [[0, 0], [0, 0], [1, 1], [0, 2]]}, (1, 1, 0, 2), (1, 1)),
-    # SAME: out = ceil(7/2) = 4 rows need (4-1)*2+3-7 = 2 rows of padding (1, 1); ceil(8/2) = 4 columns need 1: (0, 1);
-    # and as in Paddle, SAME drops the dilation
-    "SAME, stride 2": ((1, 2, 7, 8), (3, 2, 3, 3), {"stride": 2, "padding": "SAME", "dilation": 2}, (1, 1, 0, 1), (1, 1)),
+    "padding as NCHW pairs":
+        ((1, 2, 5, 6), (2, 2, 2, 3), {"padding": [[0, 0], [0, 0], [1, 1], [0, 2]]}, (1, 1, 0, 2), (1, 1)),
+    # SAME: out = ceil(7/2) = 4 rows need (4-1)*2+3-7 = 2 rows of padding (1, 1); ceil(8/2) = 4 columns
+    # need 1: (0, 1); and as in Paddle, SAME drops the dilation
+    "SAME, stride 2":
+        ((1, 2, 7, 8), (3, 2, 3, 3), {"stride": 2, "padding": "SAME", "dilation": 2}, (1, 1, 0, 1), (1, 1)),
     "VALID": ((1, 2, 5, 5), (2, 2, 3, 3), {"padding": "valid"}, (0, 0, 0, 0), (1, 1)),
 }
 # fmt: on
@@ -155,5 +158,6 @@ def test_bad_arguments_raise_one_clear_error(kwargs, error, message):
 
 
 def test_a_3d_input_is_refused_with_its_shape():
+    """A tensor without its batch axis is refused, naming the shape."""
     with pytest.raises(ValueError, match=r"conv2d: x must be 4-D \[N, C, H, W\], got shape \[3, 5, 5\]"):
         F.conv2d(dv.randn([3, 5, 5]), dv.randn([4, 3, 3, 3]))

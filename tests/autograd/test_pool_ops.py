@@ -128,6 +128,7 @@ def test_overlapping_windows_add_their_gradients():
 
 
 def test_max_and_avg_pooling_record_paddles_pool2d_node():
+    """Both record Paddle's one `pool2d` op, its pooling type an attribute."""
     x = dv.randn([1, 2, 4, 4])
     x.stop_gradient = False
     assert F.max_pool2d(x, 2).grad_fn.op.name == "pool2d"
@@ -148,5 +149,6 @@ def test_max_and_avg_pooling_record_paddles_pool2d_node():
     ],
 )
 def test_bad_arguments_raise_one_clear_error(call, error, message):
+    """Each bad or unimplemented argument is named in one error."""
     with pytest.raises(error, match=message):
         call(dv.randn([1, 2, 5, 5]))

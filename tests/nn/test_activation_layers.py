@@ -30,16 +30,19 @@ LAYERS = [
 
 @pytest.mark.parametrize(("layer", "function"), LAYERS, ids=lambda v: repr(v) if isinstance(v, nn.Layer) else "")
 def test_each_layer_is_its_functional_form(layer, function):
+    """Same values as the functional call with the same arguments; no parameters."""
     x = dv.to_tensor(np.linspace(-8, 8, 12).reshape(3, 4))
     np.testing.assert_array_equal(layer(x).numpy(), function(x).numpy())
     assert layer.parameters() == []
 
 
 def test_defaults_and_arguments_show_in_the_repr():
+    """The repr lists the constructor's arguments, defaults included."""
     assert repr(nn.LeakyReLU()) == "LeakyReLU(negative_slope=0.01)"
     assert repr(nn.Softplus()) == "Softplus(beta=1, threshold=20)"
     assert repr(nn.Sigmoid()) == "Sigmoid()"
 
 
 def test_the_output_takes_the_layers_name():
+    """`name=` names the output tensor."""
     assert nn.GELU(name="act")(dv.randn([2])).name == "act"

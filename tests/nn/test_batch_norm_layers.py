@@ -26,6 +26,7 @@ def test_parameters_are_weight_and_bias_and_the_statistics_are_not_among_them():
 
 
 def test_training_uses_batch_statistics_and_updates_the_running_ones_eval_uses_those():
+    """train(): batch statistics and an update with the layer's momentum; eval(): the running ones, unchanged."""
     layer = nn.BatchNorm2D(2, momentum=0.5)
     x = dv.to_tensor(np.random.default_rng(0).standard_normal((4, 2, 3, 3)) * 2 + 3, dtype="float32")
     out = layer(x).numpy()
@@ -40,6 +41,7 @@ def test_training_uses_batch_statistics_and_updates_the_running_ones_eval_uses_t
 
 
 def test_a_training_step_moves_weight_and_bias_only():
+    """The optimizer steps weight and bias; the statistics take no gradient."""
     layer = nn.BatchNorm1D(3)
     opt = dv.optim.SGD(learning_rate=0.5, parameters=layer.parameters())
     x = dv.randn([8, 3])
@@ -50,6 +52,7 @@ def test_a_training_step_moves_weight_and_bias_only():
 
 
 def test_attr_false_freezes_weight_at_one_and_bias_at_zero():
+    """Paddle's attr=False: a frozen weight of ones and bias of zeros; an initializer still works."""
     layer = nn.BatchNorm1D(2, weight_attr=False, bias_attr=False)
     assert layer.weight.stop_gradient and layer.bias.stop_gradient
     assert layer.weight.numpy().tolist() == [1, 1] and layer.bias.numpy().tolist() == [0, 0]
@@ -57,6 +60,7 @@ def test_attr_false_freezes_weight_at_one_and_bias_at_zero():
 
 
 def test_use_global_stats_makes_training_use_the_running_statistics():
+    """use_global_stats=True: the running statistics in train mode, not updated."""
     layer = nn.BatchNorm1D(2, use_global_stats=True)
     x = dv.randn([5, 2])
     np.testing.assert_allclose(layer(x).numpy(), x.numpy() / np.sqrt(1 + 1e-5), rtol=1e-6)
@@ -64,6 +68,7 @@ def test_use_global_stats_makes_training_use_the_running_statistics():
 
 
 def test_batch_norm_1d_takes_nc_and_ncl_batch_norm_2d_only_nchw():
+    """Each class takes its ranks and names the shapes it expects otherwise."""
     assert nn.BatchNorm1D(3)(dv.randn([4, 3])).shape == [4, 3]
     assert nn.BatchNorm1D(3)(dv.randn([4, 3, 5])).shape == [4, 3, 5]
     with pytest.raises(ValueError, match=r"BatchNorm2D: expected input of shape \[N, C, H, W\], got \[4, 3\]"):
@@ -81,5 +86,6 @@ def test_batch_norm_1d_takes_nc_and_ncl_batch_norm_2d_only_nchw():
     ],
 )
 def test_unsupported_arguments_are_refused(make, message):
+    """Other layouts and ParamAttr-like attrs raise at construction, naming the argument."""
     with pytest.raises(NotImplementedError, match=message):
         make()

@@ -36,6 +36,7 @@ def test_default_initialisation_is_paddles_normal_over_all_input_channels():
 
 
 def test_forward_is_functional_conv2d_with_the_layers_arguments():
+    """Stride, padding and dilation reach F.conv2d; bias_attr initialises the bias."""
     layer = nn.Conv2D(3, 5, 3, stride=2, padding=[1, 0], dilation=(1, 2), bias_attr=init.Constant(0.5))
     x = dv.randn([2, 3, 9, 10])
     expected = F.conv2d(x, layer.weight, layer.bias, stride=2, padding=[1, 0], dilation=(1, 2))
@@ -44,12 +45,14 @@ def test_forward_is_functional_conv2d_with_the_layers_arguments():
 
 
 def test_attrs_take_initializers_and_bias_attr_false_drops_the_bias():
+    """weight_attr fills the weight; bias_attr=False: no bias parameter, none added."""
     layer = nn.Conv2D(2, 3, 1, weight_attr=init.Constant(2.0), bias_attr=False)
     assert layer.bias is None and (layer.weight.numpy() == 2).all()
     assert layer(dv.ones([1, 2, 2, 2])).numpy().tolist() == [[[[4.0, 4.0], [4.0, 4.0]]] * 3]
 
 
 def test_a_training_step_changes_the_weight_and_the_bias():
+    """Both parameters get gradients and an SGD step moves them."""
     layer = nn.Conv2D(2, 3, 3, padding=1)
     opt = dv.optim.SGD(learning_rate=0.1, parameters=layer.parameters())
     before = [p.numpy().copy() for p in layer.parameters()]
@@ -69,6 +72,7 @@ def test_a_training_step_changes_the_weight_and_the_bias():
     ],
 )
 def test_what_is_not_supported_or_wrong_raises_naming_the_argument(kwargs, error, message):
+    """Unimplemented options raise NotImplementedError, wrong values ValueError, naming the argument."""
     args = {"in_channels": 6, "out_channels": 4, "kernel_size": 3, **kwargs}
     with pytest.raises(error, match=message):
         nn.Conv2D(**args)

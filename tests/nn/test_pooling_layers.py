@@ -20,6 +20,7 @@ def test_max_pool_layer_is_the_functional_form_with_its_arguments():
 
 
 def test_avg_pool_layer_passes_exclusive_and_divisor_override():
+    """exclusive and divisor_override reach the functional form."""
     x = dv.randn([1, 2, 5, 5])
     for kwargs in ({}, {"exclusive": False}, {"divisor_override": 3}):
         expected = F.avg_pool2d(x, 2, 1, padding=1, **kwargs)
@@ -27,6 +28,7 @@ def test_avg_pool_layer_passes_exclusive_and_divisor_override():
 
 
 def test_the_output_takes_the_layers_name():
+    """`name=` names the output tensor, as Paddle's layers do."""
     assert nn.MaxPool2D(2, name="pooled")(dv.randn([1, 1, 4, 4])).name == "pooled"
 
 
@@ -39,5 +41,6 @@ def test_the_output_takes_the_layers_name():
     ],
 )
 def test_unsupported_arguments_are_refused_at_construction(make, message):
+    """return_mask and NHWC raise when the layer is built, naming the argument."""
     with pytest.raises(NotImplementedError, match=message):
         make()

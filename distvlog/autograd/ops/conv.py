@@ -65,7 +65,8 @@ def resolve_padding(
         flat = items
     if len(flat) != 4 or not all(isinstance(p, (int, np.integer)) and p >= 0 for p in flat):
         raise ValueError(
-            f"{api}: padding must be 'SAME', 'VALID', or non-negative sizes (an int, 2 or 4 ints, or 4 pairs), got {padding!r}"
+            f"{api}: padding must be 'SAME', 'VALID', or non-negative sizes (an int, 2 or 4 ints, or 4 pairs), "
+            f"got {padding!r}"
         )
     return (int(flat[0]), int(flat[1]), int(flat[2]), int(flat[3])), dilations
 
