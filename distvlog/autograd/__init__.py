@@ -1,5 +1,6 @@
 """Autograd on numpy with Paddle's eager-mode names: Tensor, GradNode, the backward engine, guards."""
 
+from . import engine, graphviz, nodelog
 from .creation import full, normal, ones, ones_like, rand, randn, seed, to_tensor, uniform, zeros, zeros_like
 from .engine import BackwardError, backward, grad
 from .guards import backward_vlog_guard, capture_backward_subgraph_guard, is_grad_enabled, no_grad
@@ -27,6 +28,9 @@ from .ops import (
     transpose,
 )
 from .tensor import Tensor
+
+# What watches every backward pass, in this order: the node log, then the subgraph captures.
+engine.PASS_OBSERVERS += [nodelog.observe_pass, graphviz.observe_pass]
 
 __all__ = [
     "AccumulationNode",

@@ -6,6 +6,11 @@ gradients are summed, what `grad()` captures and the inputs it stops at); the re
 whose gradient is complete; `_run_node` executes one node and `_validate` checks its outputs in one
 place — the gradient for each input is summed back to the input's shape (undoing broadcasting) and cast
 to its dtype there, so no op has to. Gradient arrays are values: nothing here modifies one in place.
+
+The loop schedules and nothing else. What else happens during a pass — the node log, the subgraph
+capture, a graph dump — is done by the pass's `Observer`s, which see each node begin and finish. Each
+factory in `PASS_OBSERVERS` is asked once per pass, with the nodes of the pass that carry a guard's tag,
+which observers the pass needs; a pass without any runs the loop as if observers did not exist.
 """
 
 from __future__ import annotations
@@ -17,12 +22,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..logger import _rules, flush, get_logger
+from ..logger import flush
 from .node import AccumulationNode, GradNode
-from .nodelog import NodeLog
 from .tensor import Tensor
 
-_log = get_logger("distvlog.autograd.engine")
 _passes = itertools.count(1)
 _running = threading.local()  # the GraphTasks this thread is executing, innermost last (hooks may nest)
 
@@ -36,6 +39,31 @@ class BackwardError(RuntimeError):
         self.node = node
 
 
+class Observer:
+    """Sees one backward pass run (PyTorch's hooks, for the pass as a whole). Every method does nothing
+    unless overridden; an observer must not change what it is shown.
+
+    `node_finish` is called once the loop has handed the node's outputs on: the task's `holders` and
+    `dependencies` then show, for each next node, the gradient it holds and its in-degree left."""
+
+    def pass_begin(self) -> None:
+        """Before the first node runs."""
+
+    def node_begin(self, node: GradNode, grad: np.ndarray) -> None:
+        """`node` is about to run with its complete incoming gradient `grad`."""
+
+    def node_finish(self, node: GradNode, grad: np.ndarray, outputs: tuple) -> None:
+        """`node` ran: `outputs` are its gradients per out-edge (None where it sends none)."""
+
+    def pass_end(self) -> None:
+        """Every node ran and the pass's callbacks returned (not called when the pass failed)."""
+
+
+ObserverFactory = Callable[["GraphTask", list[GradNode]], Sequence[Observer]]
+# Asked at the start of every pass, in order, with the pass's tagged nodes (a vlog tag or a capture).
+PASS_OBSERVERS: list[ObserverFactory] = []
+
+
 class GraphTask:
     """The state of one backward pass."""
 
@@ -46,12 +74,9 @@ class GraphTask:
         "retain_graph",
         "accumulate",
         "captured",
-        "level",
         "pass_id",
-        "nodes_run",
-        "captures",
+        "observers",
         "callbacks",
-        "stats",
     )
 
     def __init__(
@@ -59,22 +84,23 @@ class GraphTask:
         roots: dict[GradNode, np.ndarray],
         retain_graph: bool,
         captured: dict[GradNode, np.ndarray | None] | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
         self.holders = dict(roots)
         self.retain_graph = retain_graph
         self.accumulate = captured is None  # grad() leaves `.grad` alone
         self.captured = captured or {}
-        self.dependencies, self.stops = _graph(list(roots), None if captured is None else set(captured))
-        self.level = _rules.level_for(_log._logger.name)
+        self.dependencies, self.stops, tagged = _graph(list(roots), None if captured is None else set(captured))
         self.pass_id = next(_passes)
-        self.nodes_run = 0
-        self.captures: set = set()
         self.callbacks: list[Callable[[], None]] = []
-        self.stats: dict = {}  # NodeLog's grad_stats by gradient array: a node's input is its producer's output
+        self.observers = tuple(o for factory in PASS_OBSERVERS for o in factory(self, tagged)) + tuple(observers)
 
 
-def _graph(roots: list[GradNode], targets: set[GradNode] | None) -> tuple[dict[GradNode, int], frozenset[GradNode]]:
-    """The nodes the pass visits with their in-degrees, and those of them it captures without running.
+def _graph(
+    roots: list[GradNode], targets: set[GradNode] | None
+) -> tuple[dict[GradNode, int], frozenset[GradNode], list[GradNode]]:
+    """The nodes the pass visits with their in-degrees, those of them it captures without running, and
+    those it runs that carry a guard's tag (what the observer factories look at).
 
     backward() runs every node reachable from the roots: each leads to a leaf's `.grad`. grad() runs only
     the nodes through which one of its inputs is reached (PyTorch's exec_info), and stops at an input whose
@@ -86,6 +112,7 @@ def _graph(roots: list[GradNode], targets: set[GradNode] | None) -> tuple[dict[G
     stops: frozenset[GradNode] = frozenset()
     if targets is not None:
         deps, stops = _prune(deps, targets)
+    tagged = []
     for node in deps:
         if node in stops:
             continue
@@ -98,7 +125,9 @@ def _graph(roots: list[GradNode], targets: set[GradNode] | None) -> tuple[dict[G
         changed = node.versions and node.changed_input()
         if changed:
             raise BackwardError(node, changed)
-    return deps, stops
+        if node.tagged:
+            tagged.append(node)
+    return deps, stops, tagged
 
 
 def _reachable(roots: list[GradNode]) -> dict[GradNode, int]:
@@ -253,7 +282,10 @@ def queue_callback(callback: Callable[[], None]) -> None:
 def _execute(task: GraphTask) -> None:
     tasks = _running.__dict__.setdefault("tasks", [])
     tasks.append(task)
+    observers = task.observers
     try:
+        for observer in observers:
+            observer.pass_begin()
         with np.errstate(all="ignore"):  # NaN and Inf in gradients are reported by grad_stats and `diff`
             _run_graph(task)
         if task.callbacks:  # the pass's records reach the file first: a wait for other ranks there may never
@@ -262,18 +294,20 @@ def _execute(task: GraphTask) -> None:
             callback()
     finally:
         tasks.pop()
-    if task.level >= 3:
-        _log.vlog_at(3, "backward end", nodes_run=task.nodes_run, **{"pass": task.pass_id})
-    for capture in task.captures:
-        capture.finish(task.dependencies)
+    for observer in observers:
+        observer.pass_end()
     flush()
 
 
 def _run_graph(task: GraphTask) -> None:
-    deps, holders, captured, stops = task.dependencies, task.holders, task.captured, task.stops
+    deps, holders, captured, stops, observers = (
+        task.dependencies,
+        task.holders,
+        task.captured,
+        task.stops,
+        task.observers,
+    )
     ready = deque(node for node in holders if deps.get(node) == 0)
-    if task.level >= 3:
-        _log.vlog_at(3, "backward begin", nodes=len(deps), roots=len(holders), **{"pass": task.pass_id})
     while ready:
         node = ready.popleft()
         grad = holders.pop(node, None)
@@ -284,22 +318,15 @@ def _run_graph(task: GraphTask) -> None:
             if node in stops:  # grad(): this input's gradient is the answer, and nothing needed lies beyond
                 continue
         if grad is None:  # nothing reached this node: its successors get nothing from it either
-            nlog, outputs = None, (None,) * len(node.edges)
+            outputs = (None,) * len(node.edges)
         else:
-            level = node.vlog_level if node.vlog_level is not None else task.level
-            nlog = NodeLog(node, level, task.pass_id, task.stats) if level >= 3 else None
-            if nlog is not None:
-                nlog.begin(grad)
+            for observer in observers:
+                observer.node_begin(node, grad)
             if type(node) is AccumulationNode:
                 _accumulate(node, grad, task.accumulate)
                 outputs = ()
             else:
                 outputs = _run_node(task, node, grad)
-        task.nodes_run += 1
-        if node.capture is not None:
-            node.capture.record(node, grad, outputs)
-            task.captures.add(node.capture)
-        sent = [] if nlog is not None and nlog.level >= 4 else None  # (the pending-node lines are level 4's)
         for nxt, g in zip(node.edges, outputs):
             if nxt is None or nxt not in deps:
                 continue
@@ -308,13 +335,12 @@ def _run_graph(task: GraphTask) -> None:
                 holders[nxt] = g if held is None else held + g
                 if type(nxt) is AccumulationNode:
                     nxt.producer = node
-                if sent is not None:
-                    sent.append((nxt, g, held is not None, deps[nxt] - 1))
             deps[nxt] -= 1
             if deps[nxt] == 0:
                 ready.append(nxt)
-        if nlog is not None:  # its outputs and the pending nodes they reached: one batch of lines
-            nlog.finish(grad, outputs, sent)
+        if grad is not None:
+            for observer in observers:
+                observer.node_finish(node, grad, outputs)
 
 
 def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None] | None) -> dict:

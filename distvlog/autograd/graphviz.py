@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..logger import IDENTITY, get_logger
+from .engine import GraphTask, Observer
 from .node import AccumulationNode, GradNode
 
 _log = get_logger("distvlog.autograd.graphviz")
@@ -69,8 +70,8 @@ class Capture:
     def add(self, node: GradNode) -> None:
         self.nodes.add(node)
 
-    def record(self, node: GradNode, grad: np.ndarray | None, outputs: tuple) -> None:
-        if self.dump_grads and not self.done and grad is not None:
+    def record(self, node: GradNode, grad: np.ndarray, outputs: tuple) -> None:
+        if self.dump_grads and not self.done:
             self.grads.append((node.out_name + "@Grad", grad))
             self.grads += [(node.input_name(i) + "@Grad", g) for i, g in enumerate(outputs) if g is not None]
 
@@ -160,3 +161,25 @@ class Capture:
             out.append(np.array2string(a, threshold=10_000, separator=", "))
             out.append("")
         return "\n".join(out)
+
+
+class _Captures(Observer):
+    """The captures whose nodes a pass runs: they record the gradients of their own nodes and write their
+    dumps once the pass is done."""
+
+    def __init__(self, task: GraphTask, captures: list[Capture]) -> None:
+        self.task, self.captures = task, captures
+
+    def node_finish(self, node: GradNode, grad: np.ndarray, outputs: tuple) -> None:
+        if node.capture is not None:
+            node.capture.record(node, grad, outputs)
+
+    def pass_end(self) -> None:
+        for capture in self.captures:
+            capture.finish(self.task.dependencies)
+
+
+def observe_pass(task: GraphTask, tagged: list[GradNode]) -> list[Observer]:
+    """The pass's captures, when a node it runs was created inside a capture guard whose dump is not written."""
+    captures = list({id(n.capture): n.capture for n in tagged if n.capture is not None and not n.capture.done}.values())
+    return [_Captures(task, captures)] if captures else []

@@ -90,6 +90,7 @@ class GradNode:
         "out_dtype",
         "vlog_level",
         "capture",
+        "tagged",
         "site",
         "hooks",
         "__weakref__",
@@ -118,6 +119,7 @@ class GradNode:
         self.out_dtype = out.dtype
         self.vlog_level = vlog_level
         self.capture = capture
+        self.tagged = vlog_level is not None or capture is not None  # what a pass's observers look for
         self.site = site
         self.hooks: list[Callable] | None = None
 

@@ -9,10 +9,14 @@
      at 6 also min, max, mean and checksum (four more passes over every gradient)
   3  ===Finish_AD_API_GRAD: <op>_grad===
   4  <node>(0x..) Found pending node: <next>(0x..), per out-edge that received a gradient (in the finish's
-     batch: the engine passes them once it has handed the outputs on)
+     batch, read from the pass once the engine has handed the outputs on)
 
 Tensor dumps grow with the level as Paddle's: 3 names, 4 + pointers, 5 + TensorInfo, 6 + ADInfo,
 11 + values (truncated). The statistics are in the `grad_stats` records, whose fields `diff` reads.
+
+`PassLog` is the engine's observer that writes all this: a pass gets one when the engine's own level
+(`engine=3`, for every node and the pass's `backward begin`/`backward end` records) or a node's tag is 3
+or more; it then makes a `NodeLog` for each node whose level is.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from typing import Any
 import numpy as np
 
 from .._checksum import checksum
-from ..logger import get_logger
+from ..logger import get_logger, level_for
 from ..logger._logger import LineWriter
 from ..logger._sink import SINK
+from .engine import GraphTask, Observer
 from .node import AccumulationNode, GradNode, dtype_name, shape_list, shape_text
 
-_log = get_logger("distvlog.autograd.engine")
+ENGINE = "distvlog.autograd.engine"  # the module the backward's records belong to (`engine=5` in vmodule)
+_log = get_logger(ENGINE)
 _BANNER = "=" * 26
 MAX_VALUES = 24  # elements printed per tensor at level >= 11
 
@@ -165,12 +171,11 @@ class NodeLog:
         attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
         return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 
-    def finish(
-        self, grad: np.ndarray, outputs: tuple, sent: list[tuple[GradNode, np.ndarray, bool, int]] | None
-    ) -> None:
-        """The node's outputs, then per out-edge that received a gradient (`sent`, at level 4 and up): the
-        next node, the gradient, whether it was summed into one already held there, the next node's
-        in-degree left."""
+    def finish(self, grad: np.ndarray, outputs: tuple, task: GraphTask, held: list[bool] | None) -> None:
+        """The node's outputs, then per out-edge that received a gradient (at level 4 and up, read from
+        `task` after the hand-off): the next node, the in-degree it has left and — at 6 and up — the
+        gradient and whether it was summed into one already held there (`held`: per edge, whether the next
+        node held a gradient before this node ran)."""
         with SINK.signals_held:  # (a signal meanwhile waits for these lines)
             node, api, level = self.node, self.api, self.level
             grads = [
@@ -200,16 +205,91 @@ class NodeLog:
                 if all(g is not grad for *_, g in grads):
                     del self._stats[id(grad)]  # arrived, not passed on: the pass need not hold this gradient any more
             records.append((3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}", None))
-            for nxt, g, summed, in_degree in sent or ():
-                if level >= 6:
-                    records += [
-                        (
-                            6,
-                            f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(g.dtype)}, "
-                            f"dims={shape_list(g.shape)}",
-                            None,
-                        ),
-                        (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None),
-                    ]
-                records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
+            if level >= 4:
+                for nxt, g, summed, in_degree in _pending(node, outputs, task, held):
+                    if level >= 6:
+                        records += [
+                            (
+                                6,
+                                f"{self.label} Add grad_output_tensor to {nxt!r}: dtype={dtype_name(g.dtype)}, "
+                                f"dims={shape_list(g.shape)}",
+                                None,
+                            ),
+                            (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None),
+                        ]
+                    records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
             self.log.lines(records)
+
+
+def _pending(
+    node: GradNode, outputs: tuple, task: GraphTask, held: list[bool] | None
+) -> list[tuple[GradNode, np.ndarray, bool, int]]:
+    """Per out-edge of `node` that sent a gradient into the pass, in edge order: (next node, gradient,
+    whether it was added to one already there, the next node's in-degree left just after this edge).
+
+    Read after the hand-off, so an edge to a node that later edges of `node` also reach counts those
+    later edges back in; an edge was summed if the node held a gradient before (`held`, when known) or an
+    earlier edge of `node` sent it one."""
+    deps = task.dependencies
+    later: dict[GradNode, int] = {}  # edges still to come after the one at hand, per next node
+    out = []
+    for i in range(len(outputs) - 1, -1, -1):
+        nxt = node.edges[i]
+        if nxt is None or nxt not in deps:
+            continue
+        g = outputs[i]
+        if g is not None:
+            earlier = any(node.edges[j] is nxt and outputs[j] is not None for j in range(i))
+            summed = earlier or (held is not None and held[i])
+            out.append((nxt, g, summed, deps[nxt] + later.get(nxt, 0)))
+        later[nxt] = later.get(nxt, 0) + 1
+    out.reverse()
+    return out
+
+
+class PassLog(Observer):
+    """The node log of one pass: its `backward begin`/`backward end` records at the engine's level 3, and
+    a `NodeLog` for each node whose level (its tag, else the engine's) is 3 or more."""
+
+    def __init__(self, task: GraphTask, level: int) -> None:
+        self.task, self.level = task, level
+        self.stats: dict[int, tuple] = {}  # grad_stats by gradient array: a node's input is its producer's output
+        self.current: NodeLog | None = None
+        self.held: list[bool] | None = None
+
+    def pass_begin(self) -> None:
+        task = self.task
+        if self.level >= 3:
+            _log.vlog_at(
+                3, "backward begin", nodes=len(task.dependencies), roots=len(task.holders), **{"pass": task.pass_id}
+            )
+
+    def node_begin(self, node: GradNode, grad: np.ndarray) -> None:
+        level = node.vlog_level if node.vlog_level is not None else self.level
+        if level < 3:
+            self.current = None
+            return
+        nlog = self.current = NodeLog(node, level, self.task.pass_id, self.stats)
+        holders = self.task.holders  # (Sum or Move is level 7's: what the next nodes held before this one ran)
+        self.held = [nxt in holders for nxt in node.edges] if level >= 7 else None
+        nlog.begin(grad)
+
+    def node_finish(self, node: GradNode, grad: np.ndarray, outputs: tuple) -> None:
+        nlog = self.current
+        if nlog is not None:
+            self.current = None
+            nlog.finish(grad, outputs, self.task, self.held)
+
+    def pass_end(self) -> None:
+        task = self.task
+        if self.level >= 3:
+            run = len(task.dependencies) - len(task.stops)  # every node but grad()'s stops ran
+            _log.vlog_at(3, "backward end", nodes_run=run, **{"pass": task.pass_id})
+
+
+def observe_pass(task: GraphTask, tagged: list[GradNode]) -> list[Observer]:
+    """A `PassLog` when the engine's level or a tagged node's level is 3 or more (levels <= 2 print nothing)."""
+    level = level_for(ENGINE)
+    if level >= 3 or any(node.vlog_level is not None and node.vlog_level >= 3 for node in tagged):
+        return [PassLog(task, level)]
+    return []
