@@ -93,7 +93,10 @@ class GraphTask:
         self.dependencies, self.stops, tagged = _graph(list(roots), None if captured is None else set(captured))
         self.pass_id = next(_passes)
         self.callbacks: list[Callable[[], None]] = []
-        self.observers = tuple(o for factory in PASS_OBSERVERS for o in factory(self, tagged)) + tuple(observers)
+        chosen: list[Observer] = []
+        for factory in PASS_OBSERVERS:
+            chosen += factory(self, tagged)
+        self.observers = (*chosen, *observers)
 
 
 def _graph(
@@ -122,9 +125,9 @@ def _graph(
                 "its saved tensors were released by an earlier backward; pass "
                 "retain_graph=True to that backward to run through the graph again",
             )
-        changed = node.versions and node.changed_input()
-        if changed:
-            raise BackwardError(node, changed)
+        for counter, version, _ in node.versions:
+            if counter[0] != version:
+                raise BackwardError(node, node.changed_input())
         if node.tagged:
             tagged.append(node)
     return deps, stops, tagged
@@ -320,8 +323,9 @@ def _run_graph(task: GraphTask) -> None:
         if grad is None:  # nothing reached this node: its successors get nothing from it either
             outputs = (None,) * len(node.edges)
         else:
-            for observer in observers:
-                observer.node_begin(node, grad)
+            if observers:
+                for observer in observers:
+                    observer.node_begin(node, grad)
             if type(node) is AccumulationNode:
                 _accumulate(node, grad, task.accumulate)
                 outputs = ()
@@ -338,7 +342,7 @@ def _run_graph(task: GraphTask) -> None:
             deps[nxt] -= 1
             if deps[nxt] == 0:
                 ready.append(nxt)
-        if grad is not None:
+        if observers and grad is not None:
             for observer in observers:
                 observer.node_finish(node, grad, outputs)
 

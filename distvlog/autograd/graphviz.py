@@ -179,7 +179,9 @@ class _Captures(Observer):
             capture.finish(self.task.dependencies)
 
 
-def observe_pass(task: GraphTask, tagged: list[GradNode]) -> list[Observer]:
+def observe_pass(task: GraphTask, tagged: list[GradNode]) -> tuple[Observer, ...]:
     """The pass's captures, when a node it runs was created inside a capture guard whose dump is not written."""
+    if not tagged:
+        return ()
     captures = list({id(n.capture): n.capture for n in tagged if n.capture is not None and not n.capture.done}.values())
-    return [_Captures(task, captures)] if captures else []
+    return (_Captures(task, captures),) if captures else ()

@@ -35,20 +35,31 @@ STATE = _State()
 _UNSET = {"grad_enabled": True, "vlog_tag": None, "capture": None}
 
 
-@contextlib.contextmanager
-def _setting(name: str, value: object) -> Iterator[None]:
-    """Open a guard setting `name` for this thread. Guards form a stack, and closing one removes it from
-    the stack wherever it is: a generator suspended inside a guard and closed after a guard opened later
-    (or in another thread) leaves the setting to the guards still open, not to a value it saw at entry."""
-    state = STATE.__dict__  # this thread's, also when the guard is closed from another thread
-    stack = state["open"][name]
-    entry = [value]  # (its identity marks this guard)
-    stack.append(entry)
-    state[name] = value
-    try:
-        yield
-    finally:
-        stack[:] = [e for e in stack if e is not entry]
+class _Setting(contextlib.ContextDecorator):
+    """A guard setting `name` for the thread that opens it. Guards form a stack, and closing one removes it
+    from the stack wherever it is: a generator suspended inside a guard and closed after a guard opened
+    later (or in another thread) leaves the setting to the guards still open, not to a value it saw at
+    entry. A class, not a generator: `no_grad()` wraps every optimizer step."""
+
+    def __init__(self, name: str, value: object) -> None:
+        self.name, self.value = name, value
+
+    def _recreate_cm(self) -> _Setting:  # as a decorator: each call its own guard (calls may nest or overlap)
+        return _Setting(self.name, self.value)
+
+    def __enter__(self) -> None:
+        self.state = state = STATE.__dict__  # this thread's, also when the guard is closed from another thread
+        self.entry = entry = [self.value]  # (its identity marks this guard)
+        state["open"][self.name].append(entry)
+        state[self.name] = self.value
+
+    def __exit__(self, *exc: object) -> None:
+        state, name, entry = self.state, self.name, self.entry
+        stack = state["open"][name]
+        if stack and stack[-1] is entry:
+            stack.pop()
+        else:
+            stack[:] = [e for e in stack if e is not entry]
         state[name] = stack[-1][0] if stack else _UNSET[name]
 
 
@@ -62,15 +73,13 @@ def _check_level(level: object) -> int:
 def backward_vlog_guard(level: int) -> Iterator[None]:
     """Tag the GradNodes (and leaf tensors) this thread creates inside with `level`: when backward runs
     them, everything they print is logged at exactly that level, whatever the global verbosity."""
-    with _setting("vlog_tag", _check_level(level)):
+    with _Setting("vlog_tag", _check_level(level)):
         yield
 
 
-@contextlib.contextmanager
-def no_grad() -> Iterator[None]:
-    """Run ops without recording GradNodes (evaluation, optimizer updates)."""
-    with _setting("grad_enabled", False):
-        yield
+def no_grad() -> _Setting:
+    """Run ops without recording GradNodes (evaluation, optimizer updates); `@no_grad()` on a function too."""
+    return _Setting("grad_enabled", False)
 
 
 def is_grad_enabled() -> bool:
@@ -88,5 +97,5 @@ def capture_backward_subgraph_guard(dump_dir_path: str | Path, need_dump_grad_te
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"capture_backward_subgraph_guard: cannot create {path}: {exc.strerror}") from None
-    with _setting("capture", Capture(path, need_dump_grad_tensors)):
+    with _Setting("capture", Capture(path, need_dump_grad_tensors)):
         yield

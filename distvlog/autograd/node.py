@@ -107,13 +107,14 @@ class GradNode:
         vlog_level: int | None,
         capture: Capture | None,
         site: Site | None,
-        versions: tuple[tuple[Tensor, int], ...] = (),
+        versions: tuple[tuple[list[int], int, Tensor | None], ...] = (),
     ) -> None:
         self.op = op
         self.seq = seq
         self.edges = edges  # per input slot: the node its gradient flows to, or None
         self.saved = saved  # None once released by a backward without retain_graph
-        self.versions = versions  # the parameters among the saved inputs, and their versions when saved
+        self.versions = versions  # per saved tensor: its data's version counter, the version saved, the tensor
+        # (None for the node's own output)
         self.attrs = attrs
         self.out_shape = out.shape  # what the gradient arriving here must match
         self.out_dtype = out.dtype
@@ -128,14 +129,17 @@ class GradNode:
         return f"{self.op.name}{self.seq}GradNode"
 
     def changed_input(self) -> str | None:
-        """Why this node's saved inputs are no longer what the forward saw, if they are not: a leaf changed in
-        place since (an optimizer step between the forward and this backward) would give gradients computed
-        from its new values, silently. (PyTorch's version counter; writes through `.numpy()` go unseen.)"""
-        for tensor, version in self.versions:
-            if tensor._version != version:
+        """Why this node's saved tensors are no longer what the forward saw, if they are not: one changed in
+        place since (an optimizer step between the forward and this backward, `x[1:2] = 3.3`, `x.add_(y)`)
+        would give gradients computed from its new values, silently. (PyTorch's version counter; writes
+        through `.numpy()` go unseen.)"""
+        for counter, version, tensor in self.versions:
+            if counter[0] != version:
+                what = f"its output {self.out_name}" if tensor is None else f"its input {tensor.name}"
+                parameter = tensor is not None and tensor._node is None and not tensor._stop_gradient
                 return (
-                    f"its input {tensor.name} was changed in place after the forward used it (an optimizer "
-                    f"step?): version {tensor._version}, saved at {version}; run the forward again first"
+                    f"{what} was changed in place after the forward used it{' (an optimizer step?)' if parameter else ''}"
+                    f": version {counter[0]}, saved at {version}; run the forward again first"
                 )
         return None
 

@@ -287,9 +287,11 @@ class PassLog(Observer):
             _log.vlog_at(3, "backward end", nodes_run=run, **{"pass": task.pass_id})
 
 
-def observe_pass(task: GraphTask, tagged: list[GradNode]) -> list[Observer]:
+def observe_pass(task: GraphTask, tagged: list[GradNode]) -> tuple[Observer, ...]:
     """A `PassLog` when the engine's level or a tagged node's level is 3 or more (levels <= 2 print nothing)."""
+    if not tagged and not _log.vlog_is_on(3):  # (no rule in force reaches 3: one comparison)
+        return ()
     level = level_for(ENGINE)
     if level >= 3 or any(node.vlog_level is not None and node.vlog_level >= 3 for node in tagged):
-        return [PassLog(task, level)]
-    return []
+        return (PassLog(task, level),)
+    return ()

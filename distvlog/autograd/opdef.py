@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(frozen=True, eq=False)
 class OpDef:
@@ -16,6 +18,10 @@ class OpDef:
     `saves` names what backward receives after the gradient, in order: an input slot, `out`,
     `<slot>.shape`, a key of the forward's aux dict, or `needs_grad` (per input, whether its gradient is
     wanted: an op whose input gradients are costly skips those nobody needs and returns None there).
+
+    `inplace(target, *arrays, **attrs)` writes the result into `target`, the first input's array, for the
+    op's in-place API (`x.add_(y)`) when no gradient is recorded; without it a ufunc forward writes with
+    `out=target`, any other forward's result is copied in.
     """
 
     name: str
@@ -26,6 +32,7 @@ class OpDef:
     aux: tuple[str, ...] = ()  # names the forward returns besides its output
     promote: bool = False  # float32 with float64 promotes to float64 through cast ops
     differentiable: tuple[bool, ...] = field(default=())  # per input; default: all
+    inplace: Callable[..., None] | None = None
 
     def __post_init__(self) -> None:
         if not self.differentiable:
@@ -46,10 +53,21 @@ class OpDef:
             else:
                 plan.append(("aux", s))
         object.__setattr__(self, "save_plan", tuple(plan))
+        object.__setattr__(self, "ufunc", isinstance(self.forward, np.ufunc))  # it writes where it is told
 
     @property
     def grad_name(self) -> str:
         return f"{self.name}_grad"
+
+    def write(self, target: np.ndarray, *arrays: Any, **attrs: Any) -> None:
+        """The op's result written into `target` (same_kind casting: float64 into float32, never float into int)."""
+        if self.inplace is not None:
+            self.inplace(target, *arrays, **attrs)
+        elif self.ufunc:
+            self.forward(*arrays, out=target, **attrs)
+        else:
+            result = self.forward(*arrays, **attrs)
+            np.copyto(target, result[0] if self.aux else result, casting="same_kind")
 
 
 def op(
@@ -62,6 +80,7 @@ def op(
     aux: str = "",
     promote: bool = False,
     differentiable: tuple[bool, ...] = (),
+    inplace: Callable[..., None] | None = None,
 ) -> OpDef:
     """Define an op: `op("multiply", "x y", np.multiply, lambda g, x, y: (g * y, g * x), saves="x y")`."""
     return OpDef(
@@ -73,4 +92,5 @@ def op(
         tuple(aux.split()),
         promote,
         differentiable,
+        inplace,
     )

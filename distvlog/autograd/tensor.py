@@ -27,7 +27,18 @@ class Tensor:
     """A tensor as in Paddle's eager mode: `stop_gradient` is True unless you say otherwise, and only a
     floating-point tensor may say otherwise."""
 
-    __slots__ = ("_data", "_stop_gradient", "grad", "_node", "_accum", "_name", "_vlog_tag", "_version", "__weakref__")
+    __slots__ = (
+        "_data",
+        "_stop_gradient",
+        "grad",
+        "_node",
+        "_accum",
+        "_name",
+        "_vlog_tag",
+        "_vc",
+        "_base",
+        "__weakref__",
+    )
     __array_priority__ = 100  # numpy defers `ndarray + Tensor` to Tensor.__radd__
 
     def __init__(
@@ -42,7 +53,8 @@ class Tensor:
         self._node = node
         self._accum: AccumulationNode | None = None
         self._vlog_tag = None
-        self._version = 0  # bumped by every in-place change we make (optimizer steps): see GradNode.versions
+        self._vc: list[int] | None = None  # the version counter of this tensor's data, made when first needed
+        self._base: Tensor | None = None  # the tensor whose data this one views (and whose counter it shares)
 
     # -- identity ---------------------------------------------------------------------------------
     @property
@@ -159,7 +171,10 @@ class Tensor:
         return HookHandle(node.post_hooks, hook)
 
     def detach(self) -> Tensor:
-        return Tensor(self._data)
+        """The same data without a gradient: a view, so changing either in place changes both."""
+        t = Tensor(self._data)
+        t._base = self if self._base is None else self._base
+        return t
 
     def clear_gradient(self, set_to_zero: bool = True) -> None:
         if self.grad is not None and set_to_zero:
@@ -171,6 +186,106 @@ class Tensor:
 
     def astype(self, dtype: Any) -> Tensor:
         return ops.cast(self, dtype)
+
+    # -- versions and in-place changes -------------------------------------------------------------
+    @property
+    def inplace_version(self) -> int:
+        """How many times this tensor's data has been changed in place (shared with the tensors viewing the
+        same data). A GradNode remembers it for each tensor it saves, and its backward refuses to run once
+        it has moved on (PyTorch's version counter; writes through `.numpy()` go unseen)."""
+        root = self if self._base is None else self._base
+        return 0 if root._vc is None else root._vc[0]
+
+    def _bump_version(self) -> None:
+        root = self if self._base is None else self._base
+        if root._vc is None:
+            root._vc = [1]
+        else:
+            root._vc[0] += 1
+
+    def set_value(self, value: Any) -> Tensor:
+        """Copy `value` (a tensor or array of this tensor's shape) into this tensor's data, cast to its dtype
+        (Paddle's `set_value`, for loading weights): not recorded by autograd, but the version goes up."""
+        array = value._data if isinstance(value, Tensor) else np.asarray(value)
+        if array.shape != self._data.shape:
+            raise ValueError(f"set_value: {self.name} has shape {self.shape}, the value {list(array.shape)}")
+        try:
+            np.copyto(self._data, array, casting="same_kind")
+        except (TypeError, ValueError) as exc:  # (numpy's own subclasses take other arguments)
+            kind = TypeError if isinstance(exc, TypeError) else ValueError
+            raise kind(f"set_value into {self.name} ({self.dtype}): {exc}") from None
+        self._bump_version()
+        return self
+
+    def cast_(self, dtype: Any) -> Tensor:
+        """This tensor's data (and `.grad`) converted to `dtype`, in place of the old (Paddle's `cast_`; what
+        `Layer.to` does to parameters, under no_grad). Not recorded: a tensor that requires grad changes
+        dtype only under no_grad. Tensors viewing the old data keep it."""
+        dtype = np.dtype(dtype)
+        if dtype == self._data.dtype:
+            return self
+        if not self._stop_gradient:
+            if STATE.grad_enabled:
+                raise RuntimeError(
+                    f"cast_: {self.name} requires grad; change its dtype under no_grad(), or use astype() "
+                    "for a cast gradients flow through"
+                )
+            if dtype.kind != "f":
+                raise TypeError(f"cast_: {self.name} requires grad, so it must stay floating-point, not {dtype}")
+        if self._base is not None:
+            raise RuntimeError(f"cast_: {self.name} views the data of {self._base.name}, which keeps its dtype")
+        self._data = self._data.astype(dtype)
+        if self.grad is not None:
+            self.grad = Tensor(self.grad._data.astype(dtype))
+        if self._accum is not None:  # its accumulation node fits gradients to the leaf's dtype
+            self._accum.out_dtype = dtype
+        self._bump_version()
+        return self
+
+    def add_(self, y: Any) -> Tensor:
+        return ops.add_(self, y)
+
+    def subtract_(self, y: Any) -> Tensor:
+        return ops.subtract_(self, y)
+
+    def multiply_(self, y: Any) -> Tensor:
+        return ops.multiply_(self, y)
+
+    def divide_(self, y: Any) -> Tensor:
+        return ops.divide_(self, y)
+
+    def pow_(self, y: Any) -> Tensor:
+        return ops.pow_(self, y)
+
+    def scale_(self, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True, act: Any = None) -> Tensor:
+        return ops.scale_(self, scale, bias, bias_after_scale, act)
+
+    def clip_(self, min: float | None = None, max: float | None = None) -> Tensor:
+        return ops.clip_(self, min, max)
+
+    def exp_(self) -> Tensor:
+        return ops.exp_(self)
+
+    def log_(self) -> Tensor:
+        return ops.log_(self)
+
+    def sqrt_(self) -> Tensor:
+        return ops.sqrt_(self)
+
+    def tanh_(self) -> Tensor:
+        return ops.tanh_(self)
+
+    def sin_(self) -> Tensor:
+        return ops.sin_(self)
+
+    def cos_(self) -> Tensor:
+        return ops.cos_(self)
+
+    def fill_(self, value: float) -> Tensor:
+        return ops.fill_(self, value)
+
+    def zero_(self) -> Tensor:
+        return ops.zero_(self)
 
     # -- operators and methods (the ops modules define them) -----------------------------------------
     def __add__(self, other: Any) -> Tensor:
@@ -248,12 +363,29 @@ class Tensor:
     def tanh(self) -> Tensor:
         return ops.tanh(self)
 
+    def sqrt(self) -> Tensor:
+        return ops.sqrt(self)
+
+    def scale(self, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True, act: Any = None) -> Tensor:
+        return ops.scale(self, scale, bias, bias_after_scale, act)
+
+    def clip(self, min: float | None = None, max: float | None = None) -> Tensor:
+        return ops.clip(self, min, max)
+
+    def clone(self) -> Tensor:
+        return ops.clone(self)
+
+
+def tag_leaf(t: Tensor) -> Tensor:
+    """Tag a leaf tensor just made (by a creation API, or a layer's parameter) with this thread's open
+    backward_vlog_guard: its accumulation node logs at that level."""
+    t._vlog_tag = STATE.vlog_tag
+    return t
+
 
 def leaf(data: np.ndarray, stop_gradient: bool, api: str) -> Tensor:
     """A tensor made by a creation API: named like Paddle and tagged by an open backward_vlog_guard."""
-    t = Tensor(data, stop_gradient, name=tensor_name(api, next_seq(api), data.dtype, data.shape))
-    t._vlog_tag = STATE.vlog_tag
-    return t
+    return tag_leaf(Tensor(data, stop_gradient, name=tensor_name(api, next_seq(api), data.dtype, data.shape)))
 
 
 from . import ops  # noqa: E402  (the ops modules build on Tensor)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..._errors import refuse_unsupported
-from ..dispatch import apply
+from ..dispatch import apply, apply_inplace
 from ..opdef import OpDef
 from ..tensor import Tensor
 from . import conv as _c
@@ -86,6 +86,115 @@ def tanh(x: Tensor, name: str | None = None) -> Tensor:
 
 def cast(x: Tensor, dtype: Any) -> Tensor:
     return apply(_m.CAST, (x,), {"dtype": np.dtype(dtype)})
+
+
+def sqrt(x: Tensor, name: str | None = None) -> Tensor:
+    return _named(apply(_m.SQRT, (x,)), name)
+
+
+def _scale_attrs(scale: float, bias: float, bias_after_scale: bool, act: Any) -> dict[str, Any]:
+    refuse_unsupported("scale", act=act)
+    return {"scale": float(scale), "bias": float(bias), "bias_after_scale": bool(bias_after_scale)}
+
+
+def scale(
+    x: Tensor,
+    scale: float = 1.0,
+    bias: float = 0.0,
+    bias_after_scale: bool = True,
+    act: Any = None,
+    name: str | None = None,
+) -> Tensor:
+    """`x * scale + bias`, or `(x + bias) * scale` with `bias_after_scale=False` (Paddle's `scale`)."""
+    return _named(apply(_m.SCALE, (x,), _scale_attrs(scale, bias, bias_after_scale, act)), name)
+
+
+def _bounds(min: float | None, max: float | None) -> dict[str, float | None]:
+    return {"min": None if min is None else float(min), "max": None if max is None else float(max)}
+
+
+def clip(x: Tensor, min: float | None = None, max: float | None = None, name: str | None = None) -> Tensor:
+    """Values limited to [min, max] (a bound left None is none); the gradient passes strictly inside them."""
+    if min is None and max is None:
+        return _named(apply(_m.ASSIGN, (x,)), name)
+    return _named(apply(_m.CLIP, (x,), _bounds(min, max)), name)
+
+
+def clone(x: Tensor, name: str | None = None) -> Tensor:
+    """A copy of `x` with its own data, through which gradients flow back to `x` (Paddle's `assign`)."""
+    return _named(apply(_m.ASSIGN, (x,)), name)
+
+
+# -- in place: `x` itself changes and its version goes up (see dispatch.apply_inplace) -------------------
+def add_(x: Tensor, y: Any, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.ADD, (x, y))
+
+
+def subtract_(x: Tensor, y: Any, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.SUBTRACT, (x, y))
+
+
+def multiply_(x: Tensor, y: Any, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.MULTIPLY, (x, y))
+
+
+def divide_(x: Tensor, y: Any, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.DIVIDE, (x, y))
+
+
+def pow_(x: Tensor, y: Any, name: str | None = None) -> Tensor:
+    if isinstance(y, (Tensor, np.ndarray)):
+        return apply_inplace(_m.ELEMENTWISE_POW, (x, y))
+    return apply_inplace(_m.POW, (x,), {"y": y})
+
+
+def scale_(
+    x: Tensor,
+    scale: float = 1.0,
+    bias: float = 0.0,
+    bias_after_scale: bool = True,
+    act: Any = None,
+    name: str | None = None,
+) -> Tensor:
+    return apply_inplace(_m.SCALE, (x,), _scale_attrs(scale, bias, bias_after_scale, act))
+
+
+def clip_(x: Tensor, min: float | None = None, max: float | None = None, name: str | None = None) -> Tensor:
+    if min is None and max is None:
+        return x
+    return apply_inplace(_m.CLIP, (x,), _bounds(min, max))
+
+
+def exp_(x: Tensor, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.EXP, (x,))
+
+
+def log_(x: Tensor, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.LOG, (x,))
+
+
+def sqrt_(x: Tensor, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.SQRT, (x,))
+
+
+def tanh_(x: Tensor, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.TANH, (x,))
+
+
+def sin_(x: Tensor, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.SIN, (x,))
+
+
+def cos_(x: Tensor, name: str | None = None) -> Tensor:
+    return apply_inplace(_m.COS, (x,))
+
+
+def fill_(x: Tensor, value: float) -> Tensor:
+    return apply_inplace(_m.FILL, (x,), {"value": value})
+
+
+def zero_(x: Tensor) -> Tensor:
+    return apply_inplace(_m.FILL, (x,), {"value": 0})
 
 
 def sum(x: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False, name: str | None = None) -> Tensor:

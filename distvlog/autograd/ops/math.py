@@ -55,6 +55,27 @@ def _elementwise_pow_bwd(g, x, y, out, needs_grad):
     return gx, gy
 
 
+def _scale(x, scale, bias, bias_after_scale):
+    return x * scale + bias if bias_after_scale else (x + bias) * scale
+
+
+def _scale_into(target, x, scale, bias, bias_after_scale):
+    if bias_after_scale:
+        np.add(np.multiply(x, scale, out=target), bias, out=target)
+    else:
+        np.multiply(np.add(x, bias, out=target), scale, out=target)
+
+
+def _clip_bwd(g, x, min, max):
+    """Paddle's clip_grad: the gradient passes where x lies strictly between the bounds."""
+    inside = np.ones(x.shape, dtype=bool)
+    if min is not None:
+        inside &= x > min
+    if max is not None:
+        inside &= x < max
+    return (g * inside,)
+
+
 ADD = op("add", "x y", np.add, lambda g: (g, g), promote=True)
 SUBTRACT = op("subtract", "x y", np.subtract, lambda g: (g, -g), promote=True)
 MULTIPLY = op("multiply", "x y", np.multiply, lambda g, x, y: (g * y, g * x), saves="x y", promote=True)
@@ -69,3 +90,21 @@ SIN = op("sin", "x", np.sin, lambda g, x: (g * np.cos(x),), saves="x")
 COS = op("cos", "x", np.cos, lambda g, x: (-g * np.sin(x),), saves="x")
 TANH = op("tanh", "x", np.tanh, lambda g, out: (g * (1 - out * out),), saves="out")
 CAST = op("cast", "x", lambda x, dtype: x.astype(dtype), lambda g, dtype: (g,))
+SQRT = op("sqrt", "x", np.sqrt, lambda g, out: (g * 0.5 / out,), saves="out")
+SCALE = op("scale", "x", _scale, lambda g, scale, bias, bias_after_scale: (g * scale,), inplace=_scale_into)
+CLIP = op(
+    "clip",
+    "x",
+    lambda x, min, max: np.clip(x, min, max),
+    _clip_bwd,
+    saves="x",
+    inplace=lambda target, x, min, max: np.clip(x, min, max, out=target),
+)
+FILL = op(
+    "fill",
+    "x",
+    lambda x, value: np.full_like(x, value),
+    lambda g, value: (np.zeros_like(g),),  # the new values do not depend on the old
+    inplace=lambda target, x, value: target.fill(value),
+)
+ASSIGN = op("assign", "x", np.copy, lambda g: (g,))  # Tensor.clone

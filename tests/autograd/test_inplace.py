@@ -1,0 +1,234 @@
+"""In-place ops (`x.add_(y)`, `set_value`, `cast_`): the tensor's own data changes, its version goes up, a
+recorded in-place op gives correct gradients, and a backward needing old values refuses before it runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gradcheck import check_gradients
+
+import distvlog as dv
+
+rng = np.random.default_rng(11)
+
+
+def r(*shape: int, low: float = -2.0, high: float = 2.0) -> np.ndarray:
+    return rng.uniform(low, high, shape)
+
+
+def t64(values: object, stop_gradient: bool = True) -> dv.Tensor:
+    return dv.to_tensor(np.asarray(values, dtype=np.float64), dtype="float64", stop_gradient=stop_gradient)
+
+
+# name -> (in-place call, the same computed out of place with numpy, input range)
+UNARY = {
+    "exp_": (lambda t: t.exp_(), np.exp, (-1, 1)),
+    "log_": (lambda t: t.log_(), np.log, (0.5, 2)),
+    "sqrt_": (lambda t: t.sqrt_(), np.sqrt, (0.5, 2)),
+    "tanh_": (lambda t: t.tanh_(), np.tanh, (-2, 2)),
+    "sin_": (lambda t: t.sin_(), np.sin, (-2, 2)),
+    "cos_": (lambda t: t.cos_(), np.cos, (-2, 2)),
+    "scale_": (lambda t: t.scale_(3.0, 0.5), lambda a: a * 3.0 + 0.5, (-2, 2)),
+    "scale_ bias first": (lambda t: t.scale_(3.0, 0.5, bias_after_scale=False), lambda a: (a + 0.5) * 3.0, (-2, 2)),
+    "clip_": (lambda t: t.clip_(-0.5, 0.7), lambda a: np.clip(a, -0.5, 0.7), (-2, 2)),
+    "clip_ above only": (lambda t: t.clip_(max=0.7), lambda a: np.minimum(a, 0.7), (-2, 2)),
+    "fill_": (lambda t: t.fill_(2.5), lambda a: np.full_like(a, 2.5), (-2, 2)),
+    "zero_": (lambda t: t.zero_(), np.zeros_like, (-2, 2)),
+    "pow_": (lambda t: t.pow_(3), lambda a: a**3, (-2, 2)),
+}
+BINARY = {
+    "add_": (lambda t, y: t.add_(y), np.add),
+    "subtract_": (lambda t, y: t.subtract_(y), np.subtract),
+    "multiply_": (lambda t, y: t.multiply_(y), np.multiply),
+    "divide_": (lambda t, y: t.divide_(y), np.divide),
+    "pow_": (lambda t, y: t.pow_(y), np.power),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_a_unary_in_place_op_changes_the_data_itself_and_bumps_the_version(name):
+    call, reference, (low, high) = UNARY[name]
+    a = r(2, 3, low=low, high=high)
+    t = t64(a)
+    data = t.numpy()
+    assert call(t) is t
+    assert t.numpy() is data, "the same array, changed in place"
+    np.testing.assert_allclose(data, reference(a), rtol=1e-12)
+    assert t.inplace_version == 1
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_a_binary_in_place_op_takes_tensors_scalars_and_broadcasts_the_operand(name):
+    call, reference = BINARY[name]
+    a, b = r(2, 3, low=0.5, high=2), r(3, low=0.5, high=2)
+    t = t64(a)
+    call(t, t64(b))
+    call(t, 2.0)
+    np.testing.assert_allclose(t.numpy(), reference(reference(a, b), 2.0), rtol=1e-12)
+    assert t.inplace_version == 2 and t.shape == [2, 3]
+
+
+def test_an_in_place_op_keeps_the_tensors_dtype_and_refuses_to_change_its_shape():
+    t = dv.to_tensor(np.ones(3), dtype="float32")
+    t.add_(t64([0.5, 1.5, 2.5]))
+    assert t.dtype == np.float32
+    np.testing.assert_array_equal(t.numpy(), np.array([1.5, 2.5, 3.5], dtype=np.float32))
+    with pytest.raises(ValueError, match=r"add_ into .* float32 \[3\]: .*broadcast"):
+        t.add_(t64(np.ones((2, 3))))
+    ints = dv.to_tensor([1, 2, 3])
+    with pytest.raises(TypeError, match=r"divide_ into to_tensor\d+_out_int64_3 int64 \[3\]"):
+        ints.divide_(2)
+    assert t.inplace_version == 1 and ints.inplace_version == 0, "a refused op changes nothing"
+
+
+def shift(x, y):
+    t = x * 1.0  # a non-leaf: in-place ops on it are recorded
+    t.subtract_(y)
+    t.multiply_(y)
+    return t
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        shift,
+        lambda x, y: (x * 1.0).add_(y).exp_(),
+        lambda x, y: (x * 2.0).divide_(y).tanh_(),
+        lambda x, y: (x * y).pow_(y),
+        lambda x, y: (x + y).scale_(-1.5, 0.25).clip_(-4.0, -1.5),
+        lambda x, y: (x * y).sqrt_() * y,
+        lambda x, y: (x * 1.0).fill_(3.0) * y + x,
+        lambda x, y: dv.to_tensor(np.ones((2, 3))).multiply_(x).add_(y),  # stop_gradient target, operands need grad
+    ],
+    ids=[
+        "subtract_ multiply_",
+        "add_ exp_",
+        "divide_ tanh_",
+        "pow_ tensor",
+        "scale_ clip_",
+        "sqrt_",
+        "fill_",
+        "target",
+    ],
+)
+def test_gradients_through_recorded_in_place_ops_match_finite_differences(fn):
+    check_gradients(fn, r(2, 3, low=0.5, high=2.0), r(2, 3, low=0.5, high=2.0))
+
+
+def test_a_recorded_in_place_op_becomes_the_tensors_producer_and_keeps_its_name():
+    x = t64([1.0, 2.0], stop_gradient=False)
+    y = x * 3.0
+    name, first = y.name, y.grad_fn
+    y.add_(1.0)
+    assert y.name == name, "a tensor keeps its name through in-place ops"
+    assert y.grad_fn is not first and y.grad_fn.name.startswith("add") and y.grad_fn.edges[0] is first
+    assert not y.stop_gradient and not y.is_leaf
+
+
+def test_a_leaf_that_requires_grad_cannot_change_in_place_while_recording_but_can_under_no_grad():
+    w = t64([1.0, 2.0], stop_gradient=False)
+    with pytest.raises(RuntimeError, match=r"add_: .* is a leaf tensor that requires grad.*under no_grad\(\)"):
+        w.add_(1.0)
+    assert w.inplace_version == 0
+    with dv.no_grad():
+        w.add_(1.0)
+    np.testing.assert_array_equal(w.numpy(), [2.0, 3.0])
+    assert w.inplace_version == 1 and w.is_leaf
+
+
+def test_a_backward_through_a_tensor_changed_in_place_is_refused_before_anything_runs():
+    x = t64([1.0, 2.0], stop_gradient=False)
+    y = x * 3.0
+    z = y * y  # saves y
+    y.add_(1.0)
+    with pytest.raises(
+        dv.BackwardError,
+        match=rf"{z.grad_fn.name}.*: its input {y.name} was changed in place after the forward used it: "
+        r"version 1, saved at 0",
+    ):
+        z.sum().backward()
+    assert x.grad is None
+
+
+def test_a_nodes_own_output_changed_in_place_is_refused_too():
+    x = t64([0.5, 1.0], stop_gradient=False)
+    y = dv.exp(x)  # exp's backward reads its output
+    exp_node = y.grad_fn
+    y.multiply_(2.0)
+    loss = y.sum()
+    del y  # the node keeps its output's version counter, not the tensor (which holds the node)
+    with pytest.raises(dv.BackwardError, match=rf"{exp_node.name}.*its output {exp_node.out_name} was changed"):
+        loss.backward()
+
+
+def test_views_share_their_datas_version():
+    x = t64(np.arange(6.0).reshape(2, 3))
+    v = x.reshape([3, 2])
+    row = x[0]
+    d = x.detach()
+    v.add_(1.0)
+    assert x.inplace_version == v.inplace_version == row.inplace_version == d.inplace_version == 1
+    np.testing.assert_array_equal(row.numpy(), [1.0, 2.0, 3.0])
+    d.zero_()
+    assert x.inplace_version == 2 and not x.numpy().any()
+    copy = x * 1.0
+    copy.add_(1.0)
+    assert x.inplace_version == 2, "an op's own output is not a view"
+
+
+def test_a_change_through_a_view_is_seen_by_the_backward_that_saved_the_base():
+    w = t64([1.0, 2.0, 3.0], stop_gradient=False)
+    x = t64([4.0, 5.0, 6.0])
+    loss = (w * x).sum()  # saves x for w's gradient
+    x[0:2].add_(1.0)
+    with pytest.raises(dv.BackwardError, match=rf"its input {x.name} was changed in place"):
+        loss.backward()
+
+
+def test_a_recorded_in_place_op_on_a_view_is_refused():
+    x = t64([1.0, 2.0, 3.0], stop_gradient=False)
+    y = x * 1.0
+    v = y[0:2]
+    with pytest.raises(RuntimeError, match=rf"add_: {v.name} shares its data with {y.name}.*clone\(\)"):
+        v.add_(t64([1.0, 1.0], stop_gradient=False))
+    c = v.clone()
+    c.add_(1.0)
+    (c.sum() + y.sum()).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0, 1.0])
+
+
+def test_set_value_copies_casts_and_bumps_the_version_and_is_not_recorded():
+    w = dv.to_tensor(np.zeros(3), dtype="float32", stop_gradient=False)
+    data = w.numpy()
+    w.set_value(np.array([1.0, 2.0, 3.0]))  # float64 into float32, outside no_grad: not an autograd op
+    assert w.numpy() is data and w.dtype == np.float32 and w.inplace_version == 1 and w.is_leaf
+    np.testing.assert_array_equal(data, [1.0, 2.0, 3.0])
+    w.set_value(t64([4.0, 5.0, 6.0]))
+    np.testing.assert_array_equal(data, [4.0, 5.0, 6.0])
+    with pytest.raises(ValueError, match=r"set_value: .* has shape \[3\], the value \[2\]"):
+        w.set_value([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"set_value into .* \(int64\)"):
+        dv.to_tensor([1, 2]).set_value(np.array([0.5, 1.5]))
+
+
+def test_cast_changes_the_dtype_of_data_grad_and_accumulation_under_no_grad():
+    w = dv.to_tensor(np.array([1.0, 2.0]), dtype="float32", stop_gradient=False)
+    (w * 2.0).sum().backward()
+    with pytest.raises(RuntimeError, match=r"cast_: .* requires grad; change its dtype under no_grad\(\)"):
+        w.cast_("float64")
+    with dv.no_grad():
+        w.cast_("float64")
+    assert w.dtype == np.float64 and w.grad.dtype == np.float64 and w.inplace_version == 1
+    (w * dv.to_tensor(np.array([1.0, 1.0]), dtype="float64")).sum().backward()
+    assert w.grad.dtype == np.float64
+    np.testing.assert_array_equal(w.grad.numpy(), [3.0, 3.0])
+
+
+def test_clip_scale_sqrt_and_clone_out_of_place_match_paddles_gradients():
+    check_gradients(lambda x: dv.clip(x, -0.5, 0.5), np.array([-1.0, -0.2, 0.3, 0.9]))
+    check_gradients(lambda x: x.scale(2.0, 1.0, bias_after_scale=False), r(2, 2))
+    check_gradients(lambda x: x.sqrt(), r(3, low=0.5, high=2.0))
+    check_gradients(lambda x: x.clone() * x, r(3))
+    x = t64([-1.0, 0.5, 1.0], stop_gradient=False)  # the gradient passes strictly between the bounds
+    dv.clip(x, -1.0, 1.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 1.0, 0.0])
