@@ -41,8 +41,7 @@ class Initializer:
     """Fills a tensor in place when called on it."""
 
     def __call__(self, param: Tensor) -> None:
-        param._data[...] = self.sample(param._data.shape).astype(param.dtype, copy=False)
-        param._version += 1
+        param.set_value(self.sample(tuple(param.shape)))
 
     def sample(self, shape: tuple[int, ...]) -> np.ndarray:
         raise NotImplementedError

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..autograd.creation import DEFAULT_DTYPE
-from ..autograd.guards import STATE
+from ..autograd.guards import no_grad
 from ..autograd.node import next_seq
-from ..autograd.tensor import Tensor
+from ..autograd.tensor import Tensor, tag_leaf
 
 
 def unique_name(prefix: str) -> str:
@@ -40,7 +40,7 @@ class Parameter(Tensor):
 
     def __init__(self, data: np.ndarray, name: str) -> None:
         super().__init__(data, stop_gradient=False, name=name)
-        self._vlog_tag = STATE.vlog_tag  # tagged like any leaf created inside a backward_vlog_guard
+        tag_leaf(self)  # like any leaf created inside a backward_vlog_guard
 
     def __repr__(self) -> str:
         return f"Parameter {self.name}, {super().__repr__()}"
@@ -155,11 +155,10 @@ class Layer:
         if dtype is not None:
             for layer in self.sublayers(include_self=True):
                 object.__setattr__(layer, "_dtype", np.dtype(dtype))
-            for param in self.parameters():
-                param._data = param._data.astype(dtype)
-                param.grad = None
-                if param._accum is not None:  # its accumulation node fits gradients to the leaf's dtype
-                    param._accum.out_dtype = param._data.dtype
+            with no_grad():
+                for param in self.parameters():
+                    param.grad = None
+                    param.cast_(dtype)
         return self
 
     # -- state -------------------------------------------------------------------------------------
@@ -175,15 +174,15 @@ class Layer:
         for key, value in state_dict.items():
             if key in own:
                 param = own[key]
-                array = np.array(value._data if isinstance(value, Tensor) else value, dtype=param.dtype)
-                if array.shape != param._data.shape:
+                array = np.array(value.numpy() if isinstance(value, Tensor) else value, dtype=param.dtype)
+                if array.shape != tuple(param.shape):
                     raise ValueError(
                         f"set_state_dict: {key} ({param.name}) has shape {param.shape}, "
                         f"the state dict gives {list(array.shape)}"
                     )
                 updates[key] = array
         for key, array in updates.items():
-            own[key]._data = array
+            own[key].set_value(array)
         return [k for k in own if k not in state_dict], [k for k in state_dict if k not in own]
 
     # -- calling -----------------------------------------------------------------------------------

@@ -47,6 +47,8 @@ class Adam(Optimizer):
         m += (1 - b1) * grad
         v *= b2
         v += (1 - b2) * (grad * grad)
-        denom = np.sqrt(v / (1 - b2**t))
-        denom += self._epsilon
-        param._data -= (lr / (1 - b1**t)) * m / denom
+        step = np.sqrt(v / (1 - b2**t))  # one array, updated in place into the step (no temporaries)
+        step += self._epsilon
+        np.divide(m, step, out=step)
+        step *= lr / (1 - b1**t)
+        param.subtract_(step)

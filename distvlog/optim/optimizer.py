@@ -11,11 +11,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..autograd.guards import no_grad
 from ..autograd.tensor import Tensor
 
 
 class Optimizer:
-    """Subclasses define `_update(param, grad, lr)`, changing `param._data` in place. Constructors take
+    """Subclasses define `_update(param, grad, lr)`, changing the parameter in place through its public
+    in-place methods (`param.subtract_(...)`, under no_grad: the version goes up). Constructors take
     Paddle's arguments in Paddle's order; one this library does not implement raises unless it is left at
     its default (a silently ignored `grad_clip` would train a different model)."""
 
@@ -51,14 +53,14 @@ class Optimizer:
     def step(self) -> None:
         """Update every parameter that has a gradient (L2 weight decay adds `weight_decay * param` to it)."""
         lr, decay = self._learning_rate, self._weight_decay
-        for param in self._parameter_list:
-            if param.grad is None or param.stop_gradient:
-                continue
-            grad = param.grad._data
-            if decay:
-                grad = grad + decay * param._data
-            self._update(param, grad, lr)
-            param._version += 1
+        with no_grad():  # an update is not part of any graph (Paddle's step runs under no_grad too)
+            for param in self._parameter_list:
+                if param.grad is None or param.stop_gradient:
+                    continue
+                grad = param.grad.numpy()
+                if decay:
+                    grad = grad + decay * param.numpy()
+                self._update(param, grad, lr)
 
     def _update(self, param: Tensor, grad: np.ndarray, lr: float) -> None:
         raise NotImplementedError
@@ -68,7 +70,7 @@ class Optimizer:
         state = self._state.setdefault(param, {})
         buf = state.get(name)
         if buf is None:
-            buf = state[name] = np.zeros_like(param._data)
+            buf = state[name] = np.zeros_like(param.numpy())
         return buf
 
     def clear_grad(self, set_to_zero: bool = True) -> None:

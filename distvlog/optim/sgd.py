@@ -41,7 +41,7 @@ class SGD(Optimizer):
             velocity *= self._momentum
             velocity += grad
             grad = grad + self._momentum * velocity if self._nesterov else velocity
-        param._data -= lr * grad
+        param.subtract_(lr * grad)
 
 
 class Momentum(SGD):

@@ -228,3 +228,13 @@ def test_arguments_at_their_defaults_are_accepted():
     nn.Dropout(axis=None, mode="upscale_in_train")
     F.cross_entropy(x, dv.to_tensor(np.zeros(2, "int64")), axis=1, label_smoothing=0.0)
     dv.optim.Adam(parameters=[dv.to_tensor(np.ones(2, "float32"))], lazy_mode=False)
+
+
+def test_loading_a_state_dict_changes_the_parameters_in_place_so_an_older_graph_refuses_to_run() -> None:
+    model = nn.Linear(3, 2)
+    weight = model.weight.numpy()
+    loss = model(dv.randn([4, 3])).sum()
+    model.set_state_dict({"weight": np.ones((3, 2)), "bias": np.zeros(2)})
+    assert model.weight.numpy() is weight and model.weight.inplace_version == 2  # initialised once, then loaded
+    with pytest.raises(dv.BackwardError, match=rf"its input {model.weight.name} was changed in place"):
+        loss.backward()

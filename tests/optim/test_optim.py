@@ -128,3 +128,13 @@ def test_learning_rate_and_constructor_errors() -> None:
     with pytest.raises(ValueError, match="use_nesterov"):
         dv.optim.SGD(0.1, [p], use_nesterov=True)
     assert dv.optimizer is dv.optim  # paddle.optimizer
+
+
+def test_a_step_changes_each_parameter_in_place_once_through_its_public_path() -> None:
+    p, q = param([1.0, -2.0]), param([3.0, 4.0])
+    data = p.numpy()
+    opt = dv.optim.Adam(learning_rate=0.1, parameters=[p, q])
+    steps(opt, p, [1, 1])
+    assert p.numpy() is data, "updated in its own array"
+    assert (p.inplace_version, q.inplace_version) == (2, 0), "q had no gradient: not touched"
+    assert dv.is_grad_enabled() and p.is_leaf and not p.stop_gradient
