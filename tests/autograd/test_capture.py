@@ -1,9 +1,13 @@
-"""capture_backward_subgraph_guard: dot files, call stacks and gradients of the captured subgraph."""
+"""capture_backward_subgraph_guard: dot files, call stacks and gradients of the captured subgraph; labels
+Graphviz reads as written, and an SVG that fails to render says so."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,3 +97,41 @@ def test_an_unusable_dump_path_is_a_clear_error(tmp_path):
         dv.capture_backward_subgraph_guard(blocker / "sub"),
     ):
         pass
+
+
+def capture_shared_weight(dump: Path, weight_name: str) -> dict[str, Path]:
+    w = dv.to_tensor(np.random.default_rng(7).uniform(-2.0, 2.0, (2, 2)), dtype="float64", stop_gradient=False)
+    w.name = weight_name
+    with dv.capture_backward_subgraph_guard(dump):
+        out = dv.tanh(w @ w)
+    out.sum().backward()
+    return {p.name.split("_", 1)[1]: p for p in dump.iterdir()}
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot is not installed")
+def test_capture_escapes_quotes_backslashes_and_newlines_in_names(tmp_path, records):
+    name = 'shared "W" C:\\w\nrow 2'
+    files = capture_shared_weight(tmp_path, name)
+    assert not [e for e in records if "could not render" in str(e.get("event"))]
+    for graph in ("backward_graph", "ref_forward_graph"):
+        assert f"{graph}.svg" in files, f"{graph}.dot did not render"
+        check = subprocess.run(["dot", "-Tcanon", str(files[f"{graph}.dot"])], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+    svg = files["backward_graph.svg"].read_text()
+    assert "shared &quot;W&quot; C:\\w" in svg and ">row 2@Grad<" in svg, "the name shown as written, on two rows"
+
+
+def test_an_svg_that_fails_to_render_is_a_warning_naming_the_dot_file(tmp_path, monkeypatch, records):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "dot"  # exits 1 as dot does on a syntax error, leaving an empty output file behind
+    fake.write_text('#!/bin/sh\nfor last; do :; done\n: > "$last"\necho "Error: syntax error in line 3" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    files = capture_shared_weight(tmp_path / "dump", "W")
+    warnings = [str(e["event"]) for e in records if e.get("severity") == "W" and "could not render" in str(e["event"])]
+    assert len(warnings) == 2
+    for graph, warning in zip(("backward_graph", "ref_forward_graph"), warnings):
+        assert str(files[f"{graph}.dot"]) in warning and "Error: syntax error in line 3" in warning
+        assert "\n" not in warning
+    assert not [p for p in files if p.endswith(".svg")], "no empty SVG left behind"

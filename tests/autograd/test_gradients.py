@@ -1,6 +1,9 @@
-"""Every op's gradient against central finite differences in float64, broadcasting and promotion included."""
+"""Every op's gradient against central finite differences in float64, broadcasting and promotion included;
+the shape rules the ops share with Paddle (negative transpose axes, transpose flags on a vector)."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -246,3 +249,69 @@ def test_cross_entropy_refuses_labels_of_the_wrong_shape_and_unsupported_argumen
     with pytest.raises(NotImplementedError, match="mode='downscale_in_infer'"):
         F.dropout(logits, 0.5, None, True, "downscale_in_infer")
     assert F.softmax(logits, -1, "float64").dtype == np.float64, "Paddle's third positional is dtype"
+
+
+# -- transpose: negative axes in perm --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "shape,perm",
+    [((3, 3), [-1, 0]), ((3, 3, 3), [0, -1, 1]), ((2, 3, 4), [0, -1, 1]), ((2, 3, 4), [-1, 0, 1]), ((4, 2), [-1, 0])],
+    ids=str,
+)
+def test_transpose_with_negative_axes(shape, perm):
+    check_gradients(lambda x: dv.transpose(x, perm), r(*shape))
+    check_gradients(lambda x: x.transpose(perm), r(*shape))
+
+
+@pytest.mark.parametrize("perm", [[0, 1], [0, 0, 1], [0, -3, 1], [0, 1, 3], [2, -1, 0]], ids=str)
+def test_transpose_refuses_a_perm_that_is_not_a_permutation_of_the_axes(perm):
+    with pytest.raises(
+        ValueError, match=r"transpose: perm must be a permutation of the 3 axes of x .*got perm=" + re.escape(str(perm))
+    ):
+        dv.transpose(dv.to_tensor(r(2, 3, 4)), perm)
+
+
+# -- matmul: transpose flags on a 1-D operand are ignored, as in Paddle ----------------------------------
+@pytest.mark.parametrize(
+    "xs,ys,tx,ty",
+    [
+        ((3,), (3, 4), True, False),
+        ((3,), (4, 3), True, True),
+        ((2, 3), (3,), False, True),
+        ((3, 2), (3,), True, True),
+        ((5, 2, 3), (3,), False, True),
+        ((3,), (5, 3, 4), True, False),
+        ((3,), (3,), True, True),
+    ],
+    ids=str,
+)
+def test_matmul_transpose_flags_on_a_vector_are_ignored(xs, ys, tx, ty):
+    x, y = r(*xs), r(*ys)
+    expected = np.matmul(
+        np.swapaxes(x, -1, -2) if tx and x.ndim > 1 else x, np.swapaxes(y, -1, -2) if ty and y.ndim > 1 else y
+    )
+    out = dv.matmul(dv.to_tensor(x, dtype="float64"), dv.to_tensor(y, dtype="float64"), transpose_x=tx, transpose_y=ty)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
+    check_gradients(lambda a, b: dv.matmul(a, b, transpose_x=tx, transpose_y=ty), x, y)
+
+
+# -- pow with a tensor exponent, and a number or array base (__rpow__) ------------------------------------
+@pytest.mark.parametrize("fn", [lambda x, y: x**y, lambda x, y: dv.pow(x, y)], ids=["operator", "dv.pow"])
+@pytest.mark.parametrize("shapes", [((2, 3), (2, 3)), ((2, 3), (3,)), ((3,), (2, 3)), ((), (2, 3))], ids=str)
+def test_pow_with_a_tensor_exponent_differentiates_both_operands(fn, shapes):
+    check_gradients(fn, r(*shapes[0], low=0.5, high=2.0), r(*shapes[1]))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda y: 2.0**y, lambda y: 3**y, lambda y: dv.pow(0.5, y), lambda y: np.array([1.5, 2.5, 0.7]) ** y],
+    ids=["float", "int", "dv.pow", "ndarray"],
+)
+def test_number_base_to_a_tensor_power(fn):
+    check_gradients(fn, r(2, 3))
+    out = fn(dv.to_tensor(np.ones((2, 3)), dtype="float64"))
+    assert isinstance(out, dv.Tensor) and out.dtype == np.float64
+
+
+def test_pow_at_a_zero_base_has_finite_gradients():
+    check_gradients(lambda x, y: x**y, np.zeros(3), np.array([2.0, 3.0, 4.0]))  # d/dy 0**y = 0 for y > 0
+    check_gradients(lambda x: x**0, np.array([0.0, 1.0]))  # not 0 * 0**-1 = NaN
