@@ -3,6 +3,7 @@
 from . import engine, graphviz, nodelog
 from .creation import full, normal, ones, ones_like, rand, randn, seed, to_tensor, uniform, zeros, zeros_like
 from .engine import BackwardError, backward, grad
+from .flags import get_flags, set_flags
 from .guards import backward_vlog_guard, capture_backward_subgraph_guard, is_grad_enabled, no_grad
 from .node import AccumulationNode, GradNode
 from .ops import (
@@ -74,6 +75,7 @@ __all__ = [
     "fill_",
     "flatten",
     "full",
+    "get_flags",
     "getitem",
     "grad",
     "is_grad_enabled",
@@ -97,6 +99,7 @@ __all__ = [
     "scale",
     "scale_",
     "seed",
+    "set_flags",
     "sin",
     "sin_",
     "sqrt",

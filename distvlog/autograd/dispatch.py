@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..logger import _rules, get_logger
+from . import flags
 from .guards import STATE
 from .node import GradNode, Site, next_seq
 from .opdef import OpDef
@@ -123,7 +124,7 @@ def _record(
         out._data,
         state.vlog_tag,
         capture,
-        _user_site(capture is not None, 3),  # (past apply)
+        _user_site(capture is not None or flags.CALL_STACK_LEVEL >= 3, 3),  # (past apply)
         tuple(versions),
     )
     if capture is not None:
@@ -196,8 +197,8 @@ def apply_inplace(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> 
             op.forward(*operands, out=data)
         else:
             op.write(data, *operands, **attrs)
-    except (ValueError, TypeError) as exc:  # (numpy's own subclasses take other arguments)
-        kind = TypeError if isinstance(exc, TypeError) else ValueError
+    except (ValueError, TypeError, IndexError) as exc:  # (numpy's own subclasses take other arguments)
+        kind = next(k for k in (TypeError, IndexError, ValueError) if isinstance(exc, k))
         raise kind(f"{op.name}_ into {x.name} {x.dtype} {x.shape}: {exc}") from None
     x._bump_version()
     if _rules.ceiling >= 3 and _log.vlog_is_on(3):

@@ -31,11 +31,14 @@ _running = threading.local()  # the GraphTasks this thread is executing, innermo
 
 
 class BackwardError(RuntimeError):
-    """A node failed during backward; the message names the node and the forward line that created it."""
+    """A node failed during backward; the message names the node and the forward line that created it,
+    then gives the forward stack that created it when one was recorded (FLAGS_call_stack_level=3)."""
 
     def __init__(self, node: GradNode, what: str) -> None:
-        where = f" (created at {node.site})" if node.site is not None else ""
-        super().__init__(f"{node!r}{where}: {what}")
+        site = node.site
+        where = f" (created at {site})" if site is not None else ""
+        stack = site.forward_traceback() if site is not None else ""
+        super().__init__(f"{node!r}{where}: {what}" + (f"\n{stack}" if stack else ""))
         self.node = node
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import traceback
 import weakref
 from collections.abc import Callable
 from types import CodeType
@@ -56,7 +57,8 @@ def tensor_name(api: str, seq: int, dtype: np.dtype, shape: tuple[int, ...]) -> 
 
 
 class Site:
-    """Where the forward call that created a node is in the user's code (line resolved when asked)."""
+    """Where the forward call that created a node is in the user's code (line resolved when asked), and
+    the whole forward stack when it was recorded (FLAGS_call_stack_level=3, or a capture guard)."""
 
     __slots__ = ("code", "lasti", "stack")
 
@@ -74,6 +76,12 @@ class Site:
     def __str__(self) -> str:
         _, filename, lineno = code_site(self.code, self.lasti)  # one look-up (a level-5 node asks every pass)
         return f"{filename}:{lineno}"
+
+    def forward_traceback(self) -> str:
+        """The recorded stack as Paddle prints it at FLAGS_call_stack_level=3; "" when only the line is known."""
+        if not self.stack:
+            return ""
+        return "Forward Traceback (most recent call last):\n" + "".join(traceback.format_list(self.stack)).rstrip()
 
 
 class GradNode:

@@ -330,6 +330,9 @@ class Tensor:
     def __getitem__(self, index: Any) -> Tensor:
         return ops.getitem(self, index)
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        ops.setitem_(self, index, value)
+
     def sum(self, axis: Any = None, keepdim: bool = False) -> Tensor:
         return ops.sum(self, axis, keepdim)
 

@@ -3,6 +3,8 @@ recorded in-place op gives correct gradients, and a backward needing old values 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from gradcheck import check_gradients
@@ -232,3 +234,129 @@ def test_clip_scale_sqrt_and_clone_out_of_place_match_paddles_gradients():
     x = t64([-1.0, 0.5, 1.0], stop_gradient=False)  # the gradient passes strictly between the bounds
     dv.clip(x, -1.0, 1.0).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [0.0, 1.0, 0.0])
+
+
+# -- slice assignment: x[index] = value ------------------------------------------------------------------
+SETITEM_CASES = {  # name -> (index, value shape or scalar): numpy's rules, which are Paddle's
+    "slice": (np.s_[1:3], (2, 4)),
+    "negative int": (np.s_[-1], (4,)),
+    "negative slice, step": (np.s_[::-2, 1], (2,)),
+    "ellipsis": (np.s_[..., -1], (1,)),
+    "broadcast row": (np.s_[1:], (4,)),
+    "scalar": (np.s_[0, 1:3], 0.75),
+    "int array": (np.s_[[0, 2]], (2, 4)),
+    "repeated ints": (np.s_[[1, 1, 3]], (3, 4)),
+    "mask": (np.s_[np.array([True, False, True, False])], (1, 4)),
+    "mixed": (np.s_[[2, 0], 1:3], (2, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETITEM_CASES))
+def test_slice_assignment_writes_what_numpy_writes_and_bumps_the_version(name):
+    index, value = SETITEM_CASES[name]
+    a = r(4, 4)
+    v = value if isinstance(value, float) else r(*value)
+    t = t64(a)
+    t[index] = v if isinstance(v, float) else t64(v)
+    expected = a.copy()
+    expected[index] = v
+    np.testing.assert_array_equal(t.numpy(), expected)
+    assert t.inplace_version == 1
+
+
+@pytest.mark.parametrize("name", sorted(SETITEM_CASES))
+def test_gradients_through_slice_assignment_match_finite_differences(name):
+    index, value = SETITEM_CASES[name]
+
+    def assign(x, v):
+        y = x * 1.5
+        y[index] = v * 2.0  # the value's gradient lands where it was written, x's where it was not
+        return y * y
+
+    check_gradients(assign, r(4, 4), r(*value) if not isinstance(value, float) else np.array(value))
+
+
+def test_slice_assignment_with_tensor_indices_casts_the_value_to_the_tensors_dtype():
+    t = dv.to_tensor(np.zeros((3, 2)), dtype="float32")
+    t[dv.to_tensor([2, 0])] = np.array([[1.5, 2.5], [3.5, 4.5]])  # float64 value
+    t[dv.to_tensor(np.array([False, True, False]))] = 9
+    assert t.dtype == np.float32
+    np.testing.assert_array_equal(t.numpy(), [[3.5, 4.5], [9, 9], [1.5, 2.5]])
+    ints = dv.to_tensor(np.zeros(3, dtype=np.int64))
+    ints[1:] = [2.7, -1.2]  # truncated, as numpy and Paddle cast
+    np.testing.assert_array_equal(ints.numpy(), [0, 2, -1])
+
+
+def test_a_float64_value_assigned_into_float32_gets_its_gradient_in_float64():
+    x = dv.to_tensor(np.ones(3), dtype="float32", stop_gradient=False)
+    v = t64([2.0], stop_gradient=False)
+    y = x * 1.0
+    y[1:2] = v
+    (y * dv.to_tensor(np.array([1.0, 3.0, 5.0]), dtype="float32")).sum().backward()
+    assert v.grad.dtype == np.float64 and x.grad.dtype == np.float32
+    np.testing.assert_array_equal(v.grad.numpy(), [3.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 0.0, 5.0])
+
+
+def test_slice_assignment_errors_name_the_tensor():
+    t = t64(np.zeros((2, 3)))
+    with pytest.raises(IndexError, match=r"set_value_ into .* float64 \[2, 3\]: .*out of bounds"):
+        t[5] = 1.0
+    with pytest.raises(ValueError, match=r"set_value_ into .* float64 \[2, 3\]: .*broadcast"):
+        t[0] = np.ones(4)
+    w = t64([1.0, 2.0], stop_gradient=False)
+    with pytest.raises(RuntimeError, match=r"set_value_: .* is a leaf tensor that requires grad"):
+        w[0] = 5.0
+    assert t.inplace_version == 0 and w.inplace_version == 0
+
+
+# -- FLAGS_call_stack_level: the forward stack of the node that failed -------------------------------------
+@pytest.fixture
+def call_stack_level():
+    """Set the flag for one test; it is the process's, so it goes back afterwards."""
+    before = dv.get_flags("FLAGS_call_stack_level")
+    yield lambda level: dv.set_flags({"FLAGS_call_stack_level": level})
+    dv.set_flags(before)
+
+
+def changed_after_use() -> tuple[dv.Tensor, int]:
+    a = t64(np.ones(3), stop_gradient=False)
+    b = a * 2.0
+    c = b * b  # the node that will fail: its saved b changes below
+    line = changed_after_use.__code__.co_firstlineno + 3
+    b[0:1] = 5.0
+    return c.sum(), line
+
+
+def test_at_call_stack_level_3_a_backward_error_gives_the_forward_traceback_of_the_node(call_stack_level):
+    call_stack_level(3)
+    loss, line = changed_after_use()
+    with pytest.raises(dv.BackwardError) as failed:
+        loss.backward()
+    text = str(failed.value)
+    head, _, stack = text.partition("\nForward Traceback (most recent call last):\n")
+    assert re.search(rf"multiply\d+GradNode\(0x[0-9a-f]+\) \(created at test_inplace.py:{line}\): its input", head)
+    assert "version 1, saved at 0" in head
+    assert f'test_inplace.py", line {line}, in changed_after_use\n    c = b * b' in stack
+    assert "in test_at_call_stack_level_3" in stack, "the whole stack, not the line alone"
+
+
+def test_below_level_3_a_node_keeps_its_forward_line_only(call_stack_level):
+    call_stack_level(1)
+    loss, line = changed_after_use()
+    with pytest.raises(dv.BackwardError, match=rf"\(created at test_inplace.py:{line}\)") as failed:
+        loss.backward()
+    assert "Forward Traceback" not in str(failed.value)
+    assert loss.grad_fn.edges[0].site.stack is None
+
+
+def test_set_flags_names_a_paddle_flag_it_ignores_once_and_refuses_what_is_not_a_flag(records):
+    dv.set_flags({"FLAGS_cudnn_deterministic": True})
+    dv.set_flags({"FLAGS_cudnn_deterministic": False})
+    warned = [r["event"] for r in records if "FLAGS_cudnn_deterministic" in str(r["event"])]
+    assert len(warned) == 1 and "nothing to act on" in warned[0]
+    assert dv.get_flags(["FLAGS_cudnn_deterministic"]) == {"FLAGS_cudnn_deterministic": False}
+    with pytest.raises(ValueError, match="'call_stack_level' is not a flag"):
+        dv.set_flags({"call_stack_level": 3})
+    with pytest.raises(TypeError, match="FLAGS_call_stack_level must be an int"):
+        dv.set_flags({"FLAGS_call_stack_level": 3.5})

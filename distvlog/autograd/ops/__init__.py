@@ -244,12 +244,25 @@ def transpose(x: Tensor, perm: Sequence[int], name: str | None = None) -> Tensor
     return _named(apply(_s.TRANSPOSE, (x,), {"perm": _permutation(perm, x.ndim)}), name)
 
 
-def getitem(x: Tensor, index: Any) -> Tensor:
+def _index(index: Any) -> Any:
+    """An index with its tensors as arrays (integer or boolean: Paddle's tensor indices)."""
+
     def plain(i: Any) -> Any:
         return i._data if isinstance(i, Tensor) else i
 
-    index = tuple(map(plain, index)) if isinstance(index, tuple) else plain(index)
-    return apply(_s.GETITEM, (x,), {"index": index})
+    return tuple(map(plain, index)) if isinstance(index, tuple) else plain(index)
+
+
+def getitem(x: Tensor, index: Any) -> Tensor:
+    return apply(_s.GETITEM, (x,), {"index": _index(index)})
+
+
+def setitem_(x: Tensor, index: Any, value: Any) -> Tensor:
+    """`x[index] = value` (Paddle's set_value): in place, the value cast to x's dtype and broadcast to the
+    selected shape; recorded when x or the value needs a gradient, which then flows to both."""
+    if isinstance(value, (list, tuple)):
+        value = np.asarray(value)
+    return apply_inplace(_s.SET_VALUE, (x, value), {"index": _index(index)})
 
 
 # -- nn.functional ------------------------------------------------------------------------------------
