@@ -4,7 +4,14 @@ from . import engine, graphviz, nodelog
 from .creation import full, normal, ones, ones_like, rand, randn, seed, to_tensor, uniform, zeros, zeros_like
 from .engine import BackwardError, backward, grad
 from .flags import get_flags, set_flags
-from .guards import backward_vlog_guard, capture_backward_subgraph_guard, is_grad_enabled, no_grad
+from .guards import (
+    backward_vlog_guard,
+    capture_backward_subgraph_guard,
+    capture_forward_subgraph_guard,
+    capture_fwd_graph_guard,
+    is_grad_enabled,
+    no_grad,
+)
 from .node import AccumulationNode, GradNode
 from .ops import (
     add,
@@ -62,6 +69,8 @@ __all__ = [
     "backward",
     "backward_vlog_guard",
     "capture_backward_subgraph_guard",
+    "capture_forward_subgraph_guard",
+    "capture_fwd_graph_guard",
     "cast",
     "clip",
     "clip_",

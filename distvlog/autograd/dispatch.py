@@ -147,7 +147,8 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     """Run `op` on `args` (tensors or Python scalars) and record its GradNode if any input needs a gradient."""
     if op.promote:
         args = _promote(op, args)
-    record = STATE.grad_enabled  # under no_grad no input gets an edge (nor a leaf its accumulation node)
+    state = STATE
+    record = state.grad_enabled  # under no_grad no input gets an edge (nor a leaf its accumulation node)
     arrays, edges, wanted = [], [], False  # per input: its array, and the node its gradient flows to
     for a, differentiable in zip(args, op.differentiable):
         if not isinstance(a, Tensor):
@@ -170,6 +171,9 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     if wanted and out.dtype.kind == "f":  # an int or bool result (a cast) takes no gradient, as in PyTorch
         tensor._node = _record(op, args, arrays, edges, tensor, aux, attrs)
         tensor._stop_gradient = False
+    if state.forward_capture is not None:
+        for capture in state.forward_captures():
+            capture.record(op, args, tensor)
     if _rules.ceiling >= 3 and _log.vlog_is_on(3):
         _log_forward(op, args, tensor)
     return tensor
@@ -201,9 +205,17 @@ def apply_inplace(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> 
         kind = next(k for k in (TypeError, IndexError, ValueError) if isinstance(exc, k))
         raise kind(f"{op.name}_ into {x.name} {x.dtype} {x.shape}: {exc}") from None
     x._bump_version()
+    _traced(op, args, x)
+    return x
+
+
+def _traced(op: OpDef, args: tuple, x: Tensor) -> None:
+    """An in-place op, for the forward graph captures and the forward op log."""
+    if STATE.forward_capture is not None:
+        for capture in STATE.forward_captures():
+            capture.record(op, args, x, inplace=True)
     if _rules.ceiling >= 3 and _log.vlog_is_on(3):
         _log_forward(op, args, x, inplace=True)
-    return x
 
 
 def _record_inplace(op: OpDef, args: tuple, attrs: dict[str, Any]) -> Tensor:
@@ -248,8 +260,7 @@ def _record_inplace(op: OpDef, args: tuple, attrs: dict[str, Any]) -> Tensor:
     np.copyto(x._data, fresh._data)
     x._bump_version()
     x._node, x._stop_gradient = node, False
-    if _rules.ceiling >= 3 and _log.vlog_is_on(3):
-        _log_forward(op, args, x, inplace=True)
+    _traced(op, args, x)
     return x
 
 

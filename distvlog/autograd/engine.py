@@ -19,9 +19,11 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from .._errors import refuse_unsupported
 from ..logger import flush
 from .node import AccumulationNode, GradNode
 from .tensor import Tensor
@@ -87,7 +89,6 @@ class GraphTask:
         roots: dict[GradNode, np.ndarray],
         retain_graph: bool,
         captured: dict[GradNode, np.ndarray | None] | None = None,
-        observers: Sequence[Observer] = (),
     ) -> None:
         self.holders = dict(roots)
         self.retain_graph = retain_graph
@@ -99,7 +100,7 @@ class GraphTask:
         chosen: list[Observer] = []
         for factory in PASS_OBSERVERS:
             chosen += factory(self, tagged)
-        self.observers = (*chosen, *observers)
+        self.observers = tuple(chosen)
 
 
 def _graph(
@@ -375,11 +376,28 @@ def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None]
     return roots
 
 
+def _dumped(task: GraphTask, path: str | Path | None) -> GraphTask:
+    """The task, watched by a dump of its whole graph when `dump_backward_graph_path` was given (the
+    engine itself draws nothing: graphviz is imported only then)."""
+    if path is not None:
+        from .graphviz import BackwardDump
+
+        task.observers = (*task.observers, BackwardDump(path, task))
+    return task
+
+
 def backward(
-    tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None] | None = None, retain_graph: bool = False
+    tensors: Tensor | Sequence[Tensor],
+    grad_tensors: Tensor | Sequence[Tensor | None] | None = None,
+    retain_graph: bool = False,
+    dump_backward_graph_path: str | Path | None = None,
 ) -> None:
-    """Accumulate d(tensors)/d(leaf) into every reachable leaf's `.grad`."""
-    _execute(GraphTask(_root_grads(tensors, grad_tensors), retain_graph))
+    """Accumulate d(tensors)/d(leaf) into every reachable leaf's `.grad` (`paddle.autograd.backward`);
+    with `dump_backward_graph_path`, write the graph it ran there (see `graphviz`)."""
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    if isinstance(grad_tensors, Tensor):
+        grad_tensors = [grad_tensors]
+    _execute(_dumped(GraphTask(_root_grads(tensors, grad_tensors), retain_graph), dump_backward_graph_path))
 
 
 def grad(
@@ -387,9 +405,20 @@ def grad(
     inputs: Tensor | Sequence[Tensor],
     grad_outputs: Tensor | Sequence[Tensor | None] | None = None,
     retain_graph: bool | None = None,
+    create_graph: bool = False,
+    only_inputs: bool = True,
     allow_unused: bool = False,
+    no_grad_vars: Tensor | Sequence[Tensor] | None = None,
+    dump_backward_graph_path: str | Path | None = None,
 ) -> list[Tensor | None]:
-    """The gradients of `outputs` with respect to `inputs`, without touching any `.grad`."""
+    """The gradients of `outputs` with respect to `inputs`, without touching any `.grad` (Paddle's
+    arguments in Paddle's order; higher-order gradients and `no_grad_vars` are not supported)."""
+    refuse_unsupported(
+        "grad",
+        create_graph=create_graph and "True",
+        only_inputs=not only_inputs and "False",
+        no_grad_vars=no_grad_vars is not None and "tensors",
+    )
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     if isinstance(grad_outputs, Tensor):
@@ -407,5 +436,5 @@ def grad(
                     f"grad: input {i} ({inputs[i].name}) is not reachable from the outputs; "
                     "pass allow_unused=True to get None for it"
                 )
-    _execute(task)
+    _execute(_dumped(task, dump_backward_graph_path))
     return [None if g is None else Tensor(_writable(g)) for g in map(task.captured.get, targets)]

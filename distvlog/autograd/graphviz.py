@@ -1,9 +1,20 @@
-"""capture_backward_subgraph_guard's output: the captured subgraph as Graphviz, with call stacks and
-gradients, written once by the first backward that runs the captured nodes.
+"""Graphs as Graphviz files, and SVGs when Graphviz's `dot` is installed: Paddle's three graph tools.
 
-Colours as in Paddle: nodes created inside the guard grey, their neighbours outside it orange, leaf
-accumulation nodes teal. `backward_graph.dot` follows the gradient; `ref_forward_graph.dot` is the same
-graph with edges reversed, as the forward ran.
+- `capture_backward_subgraph_guard(dir)`: the GradNodes created inside, written once by the first
+  backward that runs them. Colours as in Paddle: nodes created inside the guard grey, their neighbours
+  outside it orange, leaf accumulation nodes teal.
+- `dump_backward_graph_path=dir` on `Tensor.backward`, `grad` and `autograd.backward`: the whole graph of
+  that call (every node it runs grey, leaves teal), written when it is done.
+- `capture_fwd_graph_guard(prefix)` (Paddle's later name for `capture_forward_subgraph_guard`): the
+  forward ops run inside, boxes named by Paddle's unique API names (`multiply3`), joined by the tensors
+  they pass on, labelled with their unique names; ops whose output feeds no loss are there too.
+
+A backward dump is `backward_graph.dot` (edges follow the gradient, labelled with its name, dtype and
+dims), `ref_forward_graph.dot` (the same graph with edges reversed, as the forward ran), `call_stack.log`
+(each node's forward stack; its forward line only, unless FLAGS_call_stack_level=3 or a capture guard
+recorded the stack) and, when asked, `grad_tensors.log`. Every file name starts with a timestamp, a
+counter and the rank (`20261130-092530.448562-1-rank0_backward_graph.dot`), so dumps of several calls,
+threads and ranks never overwrite one another.
 """
 
 from __future__ import annotations
@@ -14,18 +25,28 @@ import subprocess
 import time
 import traceback
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._errors import InputError
 from ..logger import IDENTITY, get_logger
 from .engine import GraphTask, Observer
 from .node import AccumulationNode, GradNode
 
+if TYPE_CHECKING:
+    from .opdef import OpDef
+    from .tensor import Tensor
+
 _log = get_logger("distvlog.autograd.graphviz")
 _dumps = itertools.count(1)
 _COLOURS = {"inside": "lightgrey", "outside": "orange", "leaf": "turquoise3"}
+_STACK_NOTE = (
+    "(each node's forward line only: its whole forward stack is recorded when FLAGS_call_stack_level=3 or "
+    "DISTVLOG_CALL_STACK_LEVEL=3 is set before the forward)"
+)
 
 
 def _label(*rows: str) -> str:
@@ -51,6 +72,38 @@ def _render_svg(dot: Path) -> None:
     _log.warning(f"could not render {dot} as SVG: dot -Tsvg failed: {problem.strip()}")
 
 
+def dump_dir(path: str | Path, what: str) -> Path:
+    """`path` as a directory to write into, created if missing; one clear line when it cannot be."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot create {path}: {exc.strerror}") from None
+    return path
+
+
+def _write_set(path: Path, files: dict[str, str], what: str) -> list[Path]:
+    """Write `files` (name -> text) into `path`, each name after a timestamp, a counter and the rank, render
+    the .dot files as SVGs when Graphviz is installed, and say where in one record."""
+    now = time.time()  # microseconds and a counter: two dumps never share, nor overwrite, a name
+    stamp = (
+        time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
+        f"-{next(_dumps)}-rank{IDENTITY.rank}"
+    )
+    written = []
+    for name, text in files.items():
+        target = path / f"{stamp}_{name}"
+        with open(target, "x", encoding="utf-8") as f:  # never over another dump; DOT's default charset
+            f.write(text)
+        written.append(target)
+    if shutil.which("dot"):
+        for dot in written:
+            if dot.suffix == ".dot":
+                _render_svg(dot)
+    _log.info(f"{what} written to {path}", files=",".join(p.name for p in written))
+    return written
+
+
 def _dims(meta: tuple | None) -> tuple[str, str]:
     if meta is None:
         return "None", "[]"
@@ -58,8 +111,49 @@ def _dims(meta: tuple | None) -> tuple[str, str]:
     return str(dtype), str(list(shape))
 
 
+def _backward_dot(shown: dict[int, GradNode], kind: Callable[[GradNode], str], reverse: bool) -> str:
+    lines = [
+        f"digraph {'ref_forward_graph' if reverse else 'backward_graph'} {{",
+        "  rankdir=TB;",
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
+    ]
+    for nid, node in shown.items():
+        label = _label(node.name, f"0x{nid:x}")
+        lines.append(f'  n{nid:x} [label={label}, fillcolor="{_COLOURS[kind(node)]}"];')
+    for node in shown.values():
+        for slot, nxt in enumerate(node.edges):
+            if nxt is None or id(nxt) not in shown:
+                continue
+            dtype, dims = _dims(node.in_meta[slot])
+            if reverse:
+                lines.append(f"  n{id(nxt):x} -> n{id(node):x} [label={_label(dtype, dims)}];")
+            else:
+                label = _label(f"{node.input_name(slot)}@Grad", dtype, dims)
+                lines.append(f"  n{id(node):x} -> n{id(nxt):x} [label={label}];")
+    return "\n".join(lines + ["}", ""])
+
+
+def _call_stacks(nodes: Iterable[GradNode]) -> str:
+    out, any_stack = [], False
+    for node in sorted(nodes, key=lambda n: (n.op.name, n.seq)):
+        out.append(f"{node!r}  (forward at {node.site})")
+        stack = node.site.stack if node.site is not None and node.site.stack else []
+        any_stack = any_stack or bool(stack)
+        out.extend("  " + line.rstrip() for line in traceback.format_list(stack))
+        out.append("")
+    return "\n".join(out if any_stack else [_STACK_NOTE, "", *out])
+
+
+def _backward_files(shown: dict[int, GradNode], kind: Callable[[GradNode], str], ran: Iterable[GradNode]) -> dict:
+    return {
+        "backward_graph.dot": _backward_dot(shown, kind, reverse=False),
+        "ref_forward_graph.dot": _backward_dot(shown, kind, reverse=True),
+        "call_stack.log": _call_stacks(n for n in ran if not isinstance(n, AccumulationNode)),
+    }
+
+
 class Capture:
-    """The nodes one guard captured, and what the next backward did with them."""
+    """The nodes one capture_backward_subgraph_guard captured, and what the next backward did with them."""
 
     def __init__(self, path: Path, dump_grads: bool) -> None:
         self.path, self.dump_grads = path, dump_grads
@@ -80,29 +174,10 @@ class Capture:
         if self.done:
             return
         self.done = True
-        shown = self._shown(graph)
-        now = time.time()  # microseconds and a counter: two captures never share, nor overwrite, a name
-        stamp = (
-            time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
-            f"-{next(_dumps)}-rank{IDENTITY.rank}"
-        )
-        written = [
-            self._write(f"{stamp}_backward_graph.dot", self._dot(shown, reverse=False)),
-            self._write(f"{stamp}_ref_forward_graph.dot", self._dot(shown, reverse=True)),
-            self._write(f"{stamp}_call_stack.log", self._call_stacks()),
-        ]
+        files = _backward_files(self._shown(graph), self._kind, list(self.nodes))
         if self.dump_grads:
-            written.append(self._write(f"{stamp}_grad_tensors.log", self._grad_tensors()))
-        if shutil.which("dot"):
-            for dot in written[:2]:
-                _render_svg(dot)
-        _log.info(f"captured backward subgraph written to {self.path}", files=",".join(p.name for p in written))
-
-    def _write(self, name: str, text: str) -> Path:
-        target = self.path / name
-        with open(target, "x", encoding="utf-8") as f:  # never over another dump; DOT's default charset
-            f.write(text)
-        return target
+            files["grad_tensors.log"] = self._grad_tensors()
+        _write_set(self.path, files, "captured backward subgraph")
 
     def _kind(self, node: GradNode) -> str:
         if isinstance(node, AccumulationNode):
@@ -122,36 +197,6 @@ class Capture:
             if any(nxt in self.nodes for nxt in node.edges if nxt is not None):
                 shown.setdefault(id(node), node)
         return shown
-
-    def _dot(self, shown: dict[int, GradNode], reverse: bool) -> str:
-        lines = [
-            f"digraph {'ref_forward_graph' if reverse else 'backward_graph'} {{",
-            "  rankdir=TB;",
-            '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
-        ]
-        for nid, node in shown.items():
-            label = _label(node.name, f"0x{nid:x}")
-            lines.append(f'  n{nid:x} [label={label}, fillcolor="{_COLOURS[self._kind(node)]}"];')
-        for node in shown.values():
-            for slot, nxt in enumerate(node.edges):
-                if nxt is None or id(nxt) not in shown:
-                    continue
-                dtype, dims = _dims(node.in_meta[slot])
-                if reverse:
-                    lines.append(f"  n{id(nxt):x} -> n{id(node):x} [label={_label(dtype, dims)}];")
-                else:
-                    label = _label(f"{node.input_name(slot)}@Grad", dtype, dims)
-                    lines.append(f"  n{id(node):x} -> n{id(nxt):x} [label={label}];")
-        return "\n".join(lines + ["}", ""])
-
-    def _call_stacks(self) -> str:
-        out = []
-        for node in sorted(self.nodes, key=lambda n: n.seq):
-            out.append(f"{node!r}  (forward at {node.site})")
-            stack = node.site.stack if node.site is not None and node.site.stack else []
-            out.extend("  " + line.rstrip() for line in traceback.format_list(stack))
-            out.append("")
-        return "\n".join(out)
 
     def _grad_tensors(self) -> str:
         out = []
@@ -185,3 +230,81 @@ def observe_pass(task: GraphTask, tagged: list[GradNode]) -> tuple[Observer, ...
         return ()
     captures = list({id(n.capture): n.capture for n in tagged if n.capture is not None and not n.capture.done}.values())
     return (_Captures(task, captures),) if captures else ()
+
+
+class BackwardDump(Observer):
+    """`dump_backward_graph_path`: the whole backward graph of one call, written once it has run."""
+
+    def __init__(self, path: str | Path, task: GraphTask) -> None:
+        self.path = dump_dir(path, "dump_backward_graph_path")  # (before anything runs)
+        self.task = task
+
+    def pass_end(self) -> None:
+        task = self.task
+        ran = [n for n in task.dependencies if n not in task.stops]
+        shown = {id(n): n for n in task.dependencies}
+        kind = {id(n): "leaf" if isinstance(n, AccumulationNode) else "inside" for n in shown.values()}
+        _write_set(self.path, _backward_files(shown, lambda n: kind[id(n)], ran), "backward graph")
+
+
+class ForwardCapture:
+    """The forward ops one capture_fwd_graph_guard saw in its thread, written as a graph when it closes.
+    The tensors are held until then (their identity and version key the graph's values)."""
+
+    def __init__(self, prefix: str | Path) -> None:
+        raw = str(prefix)
+        if raw.endswith(("/", "\\")) or not Path(raw).name:
+            self.path, self.name = dump_dir(raw, "capture_fwd_graph_guard"), "forward_graph.dot"
+        else:
+            self.path = dump_dir(Path(raw).parent, "capture_fwd_graph_guard")
+            self.name = Path(raw).name if raw.endswith(".dot") else Path(raw).name + ".dot"
+        self.ops: list[tuple[list[str], list[tuple[tuple[int, int], Tensor]], Tensor, tuple[int, int]]] = []
+
+    def record(self, op: OpDef, args: tuple, out: Tensor, inplace: bool = False) -> None:
+        """One op call: its unique name (and number operands), its tensor inputs keyed by identity and
+        version at the call, its output (in place: the first input, at its next version)."""
+        from .tensor import Tensor
+
+        node = out.grad_fn
+        api = f"{op.name}{node.seq}" if node is not None and node.op is op else f"{op.name} (no grad)"
+        rows, inputs = [api + (" (in place)" if inplace else "")], []
+        for slot, a in zip(op.inputs, args):
+            if isinstance(a, Tensor):
+                version = a.inplace_version - (1 if inplace and a is out else 0)
+                inputs.append(((id(a), version), a))
+            elif a is not None:
+                rows.append(f"{slot}={np.asarray(a).tolist()!r:.40}")
+        self.ops.append((rows, inputs, out, (id(out), out.inplace_version)))
+
+    def write(self) -> None:
+        """The graph, if any op ran; a file that cannot be written is a warning (the guard may be closing
+        on the user's own exception, which must stay the one they see)."""
+        try:
+            if self.ops:
+                _write_set(self.path, {self.name: self._dot()}, "forward graph")
+        except OSError as exc:
+            _log.warning(f"capture_fwd_graph_guard: could not write the forward graph to {self.path}: {exc}")
+        finally:
+            self.ops.clear()
+
+    def _dot(self) -> str:
+        lines = ["digraph forward_graph {", "  rankdir=TB;", '  node [fontname="Helvetica"];']
+        produced = {key: i for i, (*_, key) in enumerate(self.ops)}  # the op that made each value (the last)
+        consumed, sources = set(), {}
+        for i, (rows, inputs, _, _) in enumerate(self.ops):
+            lines.append(f'  op{i} [label={_label(*rows)}, shape=box, style="rounded,filled", fillcolor="lightgrey"];')
+            for key, tensor in inputs:
+                label = _label(tensor.name, f"{tensor.dtype}{tensor.shape}")
+                if produced.get(key, i) < i:  # made by an op of the region before this one
+                    lines.append(f"  op{produced[key]} -> op{i} [label={label}];")
+                    consumed.add(key)
+                    continue
+                if key not in sources:  # from outside the region: a parameter, the data
+                    sources[key] = f"t{len(sources)}"
+                    lines.append(f"  {sources[key]} [label={label}, shape=ellipse];")
+                lines.append(f"  {sources[key]} -> op{i};")
+        for i, (_, _, out, key) in enumerate(self.ops):
+            if key not in consumed:  # a result no op of the region used: where the region's values end
+                label = _label(out.name, f"{out.dtype}{out.shape}")
+                lines += [f"  out{i} [label={label}, shape=ellipse, style=dashed];", f"  op{i} -> out{i};"]
+        return "\n".join(lines + ["}", ""])

@@ -1,4 +1,5 @@
-"""Thread-local autograd state: grad mode, the backward-vlog tag, the subgraph capture.
+"""Thread-local autograd state: grad mode, the backward-vlog tag, the backward subgraph and forward graph
+captures.
 
 Each forward op reads this state once, when it creates its GradNode, and stores what it found on the node
 itself; the backward engine reads only the node. So a guard affects exactly the nodes its own thread
@@ -13,10 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._errors import InputError
-
 if TYPE_CHECKING:
-    from .graphviz import Capture
+    from .graphviz import Capture, ForwardCapture
 
 
 class _State(threading.local):
@@ -26,13 +25,18 @@ class _State(threading.local):
     grad_enabled: bool = True
     vlog_tag: int | None = None  # the innermost open backward_vlog_guard's level
     capture: Capture | None = None  # the innermost open capture_backward_subgraph_guard
+    forward_capture: ForwardCapture | None = None  # the innermost open capture_fwd_graph_guard
 
     def __init__(self) -> None:
-        self.open: dict[str, list[list]] = {"grad_enabled": [], "vlog_tag": [], "capture": []}
+        self.open: dict[str, list[list]] = {"grad_enabled": [], "vlog_tag": [], "capture": [], "forward_capture": []}
+
+    def forward_captures(self) -> list[ForwardCapture]:
+        """Every open capture_fwd_graph_guard of this thread: an op run in a nested one is in each."""
+        return [entry[0] for entry in self.open["forward_capture"]]
 
 
 STATE = _State()
-_UNSET = {"grad_enabled": True, "vlog_tag": None, "capture": None}
+_UNSET = {"grad_enabled": True, "vlog_tag": None, "capture": None, "forward_capture": None}
 
 
 class _Setting(contextlib.ContextDecorator):
@@ -90,12 +94,26 @@ def is_grad_enabled() -> bool:
 def capture_backward_subgraph_guard(dump_dir_path: str | Path, need_dump_grad_tensors: bool = False) -> Iterator[None]:
     """Capture the GradNodes created inside; the next backward that runs them writes the subgraph to
     `dump_dir_path` (Graphviz files, forward call stacks and, when asked, the gradients)."""
-    from .graphviz import Capture
+    from .graphviz import Capture, dump_dir
 
-    path = Path(dump_dir_path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"capture_backward_subgraph_guard: cannot create {path}: {exc.strerror}") from None
-    with _Setting("capture", Capture(path, need_dump_grad_tensors)):
+    with _Setting(
+        "capture", Capture(dump_dir(dump_dir_path, "capture_backward_subgraph_guard"), need_dump_grad_tensors)
+    ):
         yield
+
+
+@contextlib.contextmanager
+def capture_fwd_graph_guard(dump_path: str | Path) -> Iterator[None]:
+    """Draw the forward ops this thread runs inside, when the guard closes (also after an exception):
+    `./debug_info/graph` writes `./debug_info/<timestamp>-<n>-rank<R>_graph.dot` and its SVG."""
+    from .graphviz import ForwardCapture
+
+    capture = ForwardCapture(dump_path)
+    try:
+        with _Setting("forward_capture", capture):
+            yield
+    finally:
+        capture.write()
+
+
+capture_forward_subgraph_guard = capture_fwd_graph_guard  # Paddle 3.3's name for it

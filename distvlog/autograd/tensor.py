@@ -142,10 +142,14 @@ class Tensor:
                 node = self._accum
         return node
 
-    def backward(self, grad_tensor: Tensor | None = None, retain_graph: bool = False) -> None:
+    def backward(
+        self, grad_tensor: Tensor | None = None, retain_graph: bool = False, dump_backward_graph_path: Any = None
+    ) -> None:
+        """Accumulate this tensor's gradient into every leaf it depends on; with `dump_backward_graph_path`
+        (a directory), write the graph of this backward there (Graphviz, SVG, forward call stacks)."""
         from .engine import backward
 
-        backward([self], None if grad_tensor is None else [grad_tensor], retain_graph)
+        backward([self], None if grad_tensor is None else [grad_tensor], retain_graph, dump_backward_graph_path)
 
     def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> HookHandle:
         """Call `hook(grad)` when this tensor's gradient is complete; a returned tensor replaces it."""
