@@ -6,7 +6,7 @@ backward guards, the per-rank logger and, under MPI, data parallelism.
 
 from numpy import float16, float32, float64, int32, int64  # noqa: F401  (dtype names as in paddle)
 
-from . import nn, optim
+from . import base, nn, optim, utils
 from .autograd import *  # noqa: F401,F403
 from .autograd import __all__ as _autograd_all
 from .dist import DataParallel, finalize, get_rank, get_world_size, init
@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 __all__ = [
     *_autograd_all,
     "DataParallel",
+    "base",
     "capture_stdlib",
     "configure",
     "finalize",
@@ -28,6 +29,7 @@ __all__ = [
     "optim",
     "optimizer",
     "set_vlog_level",
+    "utils",
     "vlog_guard",
 ]
 optimizer = optim  # paddle.optimizer
