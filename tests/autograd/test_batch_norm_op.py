@@ -44,7 +44,7 @@ def test_training_updates_the_running_statistics_with_paddles_momentum_and_the_b
         expected_var = 0.8 * expected_var + 0.2 * x.var(axis=(0, 2))  # ddof=0: Paddle's, not PyTorch's
     np.testing.assert_allclose(running_mean.numpy(), expected_mean, rtol=1e-12)
     np.testing.assert_allclose(running_var.numpy(), expected_var, rtol=1e-12)
-    assert running_mean._version == running_var._version == 2
+    assert running_mean.inplace_version == running_var.inplace_version == 2
 
 
 def test_eval_uses_the_running_statistics_and_leaves_them_alone():
@@ -54,7 +54,7 @@ def test_eval_uses_the_running_statistics_and_leaves_them_alone():
     out = F.batch_norm(dv.to_tensor(x), running_mean, running_var, training=False).numpy()
     expected = (x - np.array([0.5, -1.0])[:, None]) / np.sqrt(np.array([4.0, 0.25])[:, None] + EPS)
     np.testing.assert_allclose(out, expected, rtol=1e-12)
-    assert running_mean.numpy().tolist() == [0.5, -1.0] and running_var._version == 0
+    assert running_mean.numpy().tolist() == [0.5, -1.0] and running_var.inplace_version == 0
 
 
 def test_use_global_stats_overrides_the_mode_as_in_paddle():

@@ -495,6 +495,6 @@ def batch_norm(
     attrs = {"momentum": momentum, "epsilon": epsilon, "use_batch_stats": use_batch_stats}
     out = apply(_bn.BATCH_NORM, (x, running_mean, running_var, weight, bias), attrs)
     if use_batch_stats:  # the forward changed them in place
-        running_mean._version += 1
-        running_var._version += 1
+        running_mean._bump_version()
+        running_var._bump_version()
     return _named(out, name)
