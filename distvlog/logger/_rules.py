@@ -13,7 +13,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
-from . import _env
+from . import _env, _paddle_modules
 
 LevelSpec = int | Mapping[str, int] | str
 
@@ -61,13 +61,15 @@ class Rules:
 
     def updated(self, spec: LevelSpec) -> Rules:
         """These rules with `spec` applied: an int sets the global level, a mapping or
-        'name=level,glob*=level' string puts module patterns in front of the existing ones."""
+        'name=level,glob*=level' string puts module patterns in front of the existing ones (Paddle's module
+        names set their counterparts here too, and Paddle's `*` key the global level: `_paddle_modules`)."""
         if isinstance(spec, str):
             spec = parse_vmodule(spec)
         if isinstance(spec, Mapping):
-            new = tuple((_check_pattern(p), _check_level(lvl, f"vmodule level for {p!r}")) for p, lvl in spec.items())
-            kept = tuple(item for item in self.patterns if item[0] not in dict(new))
-            return Rules(self.level, new + kept)
+            checked = {_check_pattern(p): _check_level(lvl, f"vmodule level for {p!r}") for p, lvl in spec.items()}
+            level, patterns = _paddle_modules.translate(checked)
+            kept = tuple(item for item in self.patterns if item[0] not in patterns)
+            return Rules(self.level if level is None else level, tuple(patterns.items()) + kept)
         return Rules(_check_level(spec, "verbosity level"), self.patterns)
 
 
