@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +136,76 @@ def test_an_svg_that_fails_to_render_is_a_warning_naming_the_dot_file(tmp_path, 
         assert str(files[f"{graph}.dot"]) in warning and "Error: syntax error in line 3" in warning
         assert "\n" not in warning
     assert not [p for p in files if p.endswith(".svg")], "no empty SVG left behind"
+
+
+# -- capture_fwd_graph_guard ---------------------------------------------------------------------------------
+def forward_dot(directory: Path) -> str:
+    (dot,) = [p for p in directory.iterdir() if p.suffix == ".dot"]
+    return dot.read_text()
+
+
+def boxes(dot: str) -> dict[str, str]:
+    """op label (its first row: the op's unique name) -> its node id, for the op boxes of a forward graph."""
+    return {label.split("\\n")[0]: op for op, label in re.findall(r'(op\d+) \[label="([^"]+)", shape=box', dot)}
+
+
+def test_the_forward_capture_is_per_thread(tmp_path):
+    x = dv.to_tensor(np.ones(2), dtype="float64", stop_gradient=False)
+    inside, outside = threading.Barrier(2), threading.Barrier(2)
+
+    def other():
+        inside.wait()
+        dv.sin(x)  # while the guard is open, in another thread
+        outside.wait()
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    with dv.capture_fwd_graph_guard(tmp_path / "g"):
+        inside.wait()
+        y = dv.cos(x)
+        outside.wait()
+    worker.join()
+    ops = boxes(forward_dot(tmp_path))
+    assert list(ops) == [y.grad_fn.name.removesuffix("GradNode")], "only this thread's op"
+
+
+def test_nested_forward_captures_each_get_the_inner_ops(tmp_path):
+    x = dv.to_tensor(np.ones(2), dtype="float64")
+    with dv.capture_fwd_graph_guard(tmp_path / "outer" / "g"):
+        a = x * 2.0
+        with dv.capture_forward_subgraph_guard(tmp_path / "inner" / "g"):
+            b = a + 1.0
+    assert list(boxes(forward_dot(tmp_path / "outer"))) == ["multiply (no grad)", "add (no grad)"]
+    inner = forward_dot(tmp_path / "inner")
+    assert list(boxes(inner)) == ["add (no grad)"]
+    assert f'label="{a.name}\\nfloat64[2]", shape=ellipse' in inner, "a: from outside the inner region"
+    assert b.name in inner and "y=1.0" in inner, "the number operand is in the op's label"
+
+
+def test_an_in_place_op_hands_its_tensor_on_at_the_next_version(tmp_path):
+    x = dv.to_tensor(np.ones(2), dtype="float64", stop_gradient=False)
+    with dv.capture_fwd_graph_guard(tmp_path / "g"):
+        y = x * 3.0
+        y.add_(1.0)
+        z = y * y
+    dot = forward_dot(tmp_path)
+    ops = boxes(dot)
+    add = next(label for label in ops if label.startswith("add"))
+    assert add.endswith(" (in place)")
+    assert f"{ops[y.grad_fn.edges[0].name.removesuffix('GradNode')]} -> {ops[add]}" in dot, "y before the add_"
+    assert dot.count(f"{ops[add]} -> {ops[z.grad_fn.name.removesuffix('GradNode')]}") == 2, "y after it, twice"
+
+
+def test_the_forward_graph_is_written_when_the_region_raises_and_an_unusable_path_is_one_clear_line(tmp_path):
+    x = dv.to_tensor(np.ones(2), dtype="float64")
+    with pytest.raises(KeyError), dv.capture_fwd_graph_guard(tmp_path / "g"):
+        x * 2.0
+        raise KeyError("the user's own error")
+    assert "multiply (no grad)" in forward_dot(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with (
+        pytest.raises(dv._errors.InputError, match=r"capture_fwd_graph_guard: cannot create .*file/sub"),
+        dv.capture_fwd_graph_guard(blocker / "sub" / "g"),
+    ):
+        pass
