@@ -15,6 +15,10 @@ Modes:
 - fwd+bwd: forward, loss, backward with gradients accumulating, no optimizer.
 - per-op: `a + b` on 2-element tensors, `a` requiring grad, so the graph is recorded.
 
+A third contender, "stacks", is distvlog with FLAGS_call_stack_level=3 (every node records its whole
+forward stack, for the forward traceback of a failing node): the same steps, each between two
+`set_flags` calls (about a microsecond); its ratio is against plain distvlog.
+
 Rounds are interleaved (distvlog, torch, distvlog, ...) and each figure is the median over all timed steps
 of all rounds, because these machines are noisy. PyTorch is only a baseline; without it (it is not a
 dependency) the script prints distvlog's own figures. Install it beside distvlog in a separate venv:
@@ -115,6 +119,25 @@ def dv_setup(
     return {"train": train, "fwd_bwd": fwd_bwd, "op": lambda: a + b}
 
 
+def dv_stacks_setup(
+    model_name: str, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray
+) -> dict[str, Callable[[], object]]:
+    """distvlog's steps at FLAGS_call_stack_level=3 (not the per-op case: two set_flags would swamp it)."""
+
+    def at_level_3(fn: Callable[[], object]) -> Callable[[], None]:
+        def step() -> None:
+            dv.set_flags({"FLAGS_call_stack_level": 3})
+            try:
+                fn()
+            finally:
+                dv.set_flags({"FLAGS_call_stack_level": 1})
+
+        return step
+
+    fns = dv_setup(model_name, weights, x, y)
+    return {mode: at_level_3(fns[mode]) for mode in ("train", "fwd_bwd")}
+
+
 def torch_setup(
     model_name: str, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray
 ) -> dict[str, Callable[[], object]]:
@@ -169,7 +192,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     dv.seed(0)
     weights = {name: [p.numpy().copy() for p in make().parameters()] for name, make in dv_models().items()}
-    frameworks = {"distvlog": dv_setup}
+    frameworks = {"distvlog": dv_setup, "stacks": dv_stacks_setup}
     if torch is not None:
         torch.set_num_threads(1)
         frameworks["torch"] = torch_setup
@@ -197,8 +220,9 @@ def main() -> None:
             for mode in ("train", "fwd_bwd"):
                 cases[model_name, batch, mode] = {name: s[mode] for name, s in setups.items()}
     op_fns = {
-        name: setup("MLP", weights["MLP"], np.zeros((1, IN), np.float32), np.zeros(1, np.int64))["op"]
+        name: fns["op"]
         for name, setup in frameworks.items()
+        if "op" in (fns := setup("MLP", weights["MLP"], np.zeros((1, IN), np.float32), np.zeros(1, np.int64)))
     }
 
     samples: dict[tuple, list[float]] = {}
@@ -214,7 +238,9 @@ def main() -> None:
 
     med = {key: statistics.median(v) * 1e6 for key, v in samples.items()}
     has_torch = "torch" in frameworks
-    header = f"{'what':<30}{'distvlog µs':>12}" + (f"{'torch µs':>12}{'ratio':>8}" if has_torch else "")
+    header = f"{'what':<30}{'distvlog µs':>12}{'stacks µs':>11}{'/ dv':>6}" + (
+        f"{'torch µs':>12}{'ratio':>8}" if has_torch else ""
+    )
     print(header)
     print("-" * len(header))
     rows = [
@@ -223,7 +249,11 @@ def main() -> None:
     ]
     rows.append(("per-op a + b", ("op",)))
     for label, key in rows:
-        line = f"{label:<30}{med[(*key, 'distvlog')]:>12.1f}"
+        ours = med[(*key, "distvlog")]
+        stacks = med.get((*key, "stacks"))
+        line = f"{label:<30}{ours:>12.1f}" + (
+            f"{stacks:>11.1f}{stacks / ours:>6.2f}" if stacks else f"{'-':>11}{'':>6}"
+        )
         if has_torch:
             line += f"{med[(*key, 'torch')]:>12.1f}{med[(*key, 'distvlog')] / med[(*key, 'torch')]:>8.2f}"
         print(line)
@@ -232,6 +262,7 @@ def main() -> None:
             "\nratio = distvlog / torch (below 1.0: distvlog is faster). MLP: done at <= 1.0 for every train step, "
             "goal <= 0.8 at batch 1. LeNet: goal <= 1.5."
         )
+    print("/ dv = distvlog at FLAGS_call_stack_level=3 / distvlog (the cost of recording every node's forward stack)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
+from types import CodeType, FrameType
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,17 @@ def _user_site(with_stack: bool, skip: int = 2) -> Site:
     frame = sys._getframe(skip)
     while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back
-    return Site(frame.f_code, frame.f_lasti, traceback.extract_stack(frame) if with_stack else None)
+    return Site(frame.f_code, frame.f_lasti, _stack(frame) if with_stack else None)
+
+
+def _stack(frame: FrameType) -> tuple[tuple[CodeType, int], ...]:
+    """(code, line) of `frame` and every frame above it, outermost first: cheap enough to take per op (no
+    source line is read, no frame kept alive)."""
+    stack = []
+    while frame is not None:
+        stack.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(reversed(stack))
 
 
 _WEAK = (int, float, bool, type(None))  # Python scalars take the tensors' dtype, as in Paddle; None: no operand

@@ -137,9 +137,9 @@ def _call_stacks(nodes: Iterable[GradNode]) -> str:
     out, any_stack = [], False
     for node in sorted(nodes, key=lambda n: (n.op.name, n.seq)):
         out.append(f"{node!r}  (forward at {node.site})")
-        stack = node.site.stack if node.site is not None and node.site.stack else []
-        any_stack = any_stack or bool(stack)
-        out.extend("  " + line.rstrip() for line in traceback.format_list(stack))
+        frames = node.site.frames() if node.site is not None else []
+        any_stack = any_stack or bool(frames)
+        out.extend("  " + line.rstrip() for line in traceback.format_list(frames))
         out.append("")
     return "\n".join(out if any_stack else [_STACK_NOTE, "", *out])
 

@@ -62,8 +62,9 @@ class Site:
 
     __slots__ = ("code", "lasti", "stack")
 
-    def __init__(self, code: CodeType, lasti: int, stack: list | None = None) -> None:
-        self.code, self.lasti, self.stack = code, lasti, stack
+    def __init__(self, code: CodeType, lasti: int, stack: tuple[tuple[CodeType, int], ...] | None = None) -> None:
+        self.code, self.lasti = code, lasti
+        self.stack = stack  # (code, line) per frame, outermost first: the source lines are read when printed
 
     @property
     def filename(self) -> str:
@@ -77,11 +78,17 @@ class Site:
         _, filename, lineno = code_site(self.code, self.lasti)  # one look-up (a level-5 node asks every pass)
         return f"{filename}:{lineno}"
 
+    def frames(self) -> traceback.StackSummary:
+        """The recorded stack, empty when only the line is known."""
+        return traceback.StackSummary.from_list(
+            [(code.co_filename, line, code.co_name, None) for code, line in self.stack or ()]
+        )
+
     def forward_traceback(self) -> str:
         """The recorded stack as Paddle prints it at FLAGS_call_stack_level=3; "" when only the line is known."""
         if not self.stack:
             return ""
-        return "Forward Traceback (most recent call last):\n" + "".join(traceback.format_list(self.stack)).rstrip()
+        return "Forward Traceback (most recent call last):\n" + "".join(self.frames().format()).rstrip()
 
 
 class GradNode:
