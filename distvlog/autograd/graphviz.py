@@ -210,10 +210,10 @@ class Capture:
 
 class _Captures(Observer):
     """The captures whose nodes a pass runs: they record the gradients of their own nodes and write their
-    dumps once the pass is done."""
+    dumps once the pass is done. (Observers keep the pass's tables, not the task, which holds them.)"""
 
     def __init__(self, task: GraphTask, captures: list[Capture]) -> None:
-        self.task, self.captures = task, captures
+        self.graph, self.captures = task.dependencies, captures
 
     def node_finish(self, node: GradNode, grad: np.ndarray, outputs: tuple) -> None:
         if node.capture is not None:
@@ -221,7 +221,7 @@ class _Captures(Observer):
 
     def pass_end(self) -> None:
         for capture in self.captures:
-            capture.finish(self.task.dependencies)
+            capture.finish(self.graph)
 
 
 def observe_pass(task: GraphTask, tagged: list[GradNode]) -> tuple[Observer, ...]:
@@ -237,12 +237,11 @@ class BackwardDump(Observer):
 
     def __init__(self, path: str | Path, task: GraphTask) -> None:
         self.path = dump_dir(path, "dump_backward_graph_path")  # (before anything runs)
-        self.task = task
+        self.graph, self.stops = task.dependencies, task.stops
 
     def pass_end(self) -> None:
-        task = self.task
-        ran = [n for n in task.dependencies if n not in task.stops]
-        shown = {id(n): n for n in task.dependencies}
+        ran = [n for n in self.graph if n not in self.stops]
+        shown = {id(n): n for n in self.graph}
         kind = {id(n): "leaf" if isinstance(n, AccumulationNode) else "inside" for n in shown.values()}
         _write_set(self.path, _backward_files(shown, lambda n: kind[id(n)], ran), "backward graph")
 

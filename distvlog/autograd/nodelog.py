@@ -171,11 +171,11 @@ class NodeLog:
         attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
         return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 
-    def finish(self, grad: np.ndarray, outputs: tuple, task: GraphTask, held: list[bool] | None) -> None:
-        """The node's outputs, then per out-edge that received a gradient (at level 4 and up, read from
-        `task` after the hand-off): the next node, the in-degree it has left and — at 6 and up — the
-        gradient and whether it was summed into one already held there (`held`: per edge, whether the next
-        node held a gradient before this node ran)."""
+    def finish(self, grad: np.ndarray, outputs: tuple, deps: dict[GradNode, int], held: list[bool] | None) -> None:
+        """The node's outputs, then per out-edge that received a gradient (at level 4 and up, read from the
+        pass's in-degrees `deps` after the hand-off): the next node, the in-degree it has left and — at 6
+        and up — the gradient and whether it was summed into one already held there (`held`: per edge,
+        whether the next node held a gradient before this node ran)."""
         with SINK.signals_held:  # (a signal meanwhile waits for these lines)
             node, api, level = self.node, self.api, self.level
             grads = [
@@ -206,7 +206,7 @@ class NodeLog:
                     del self._stats[id(grad)]  # arrived, not passed on: the pass need not hold this gradient any more
             records.append((3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}", None))
             if level >= 4:
-                for nxt, g, summed, in_degree in _pending(node, outputs, task, held):
+                for nxt, g, summed, in_degree in _pending(node, outputs, deps, held):
                     if level >= 6:
                         records += [
                             (
@@ -222,7 +222,7 @@ class NodeLog:
 
 
 def _pending(
-    node: GradNode, outputs: tuple, task: GraphTask, held: list[bool] | None
+    node: GradNode, outputs: tuple, deps: dict[GradNode, int], held: list[bool] | None
 ) -> list[tuple[GradNode, np.ndarray, bool, int]]:
     """Per out-edge of `node` that sent a gradient into the pass, in edge order: (next node, gradient,
     whether it was added to one already there, the next node's in-degree left just after this edge).
@@ -230,7 +230,6 @@ def _pending(
     Read after the hand-off, so an edge to a node that later edges of `node` also reach counts those
     later edges back in; an edge was summed if the node held a gradient before (`held`, when known) or an
     earlier edge of `node` sent it one."""
-    deps = task.dependencies
     later: dict[GradNode, int] = {}  # edges still to come after the one at hand, per next node
     out = []
     for i in range(len(outputs) - 1, -1, -1):
@@ -249,28 +248,29 @@ def _pending(
 
 class PassLog(Observer):
     """The node log of one pass: its `backward begin`/`backward end` records at the engine's level 3, and
-    a `NodeLog` for each node whose level (its tag, else the engine's) is 3 or more."""
+    a `NodeLog` for each node whose level (its tag, else the engine's) is 3 or more.
+
+    It keeps the pass's tables, not the task (which holds its observers): no cycle keeps the gradients
+    whose statistics it holds alive after the pass, until the garbage collector comes by."""
 
     def __init__(self, task: GraphTask, level: int) -> None:
-        self.task, self.level = task, level
+        self.deps, self.holders, self.stops, self.pass_id = task.dependencies, task.holders, task.stops, task.pass_id
+        self.level = level
         self.stats: dict[int, tuple] = {}  # grad_stats by gradient array: a node's input is its producer's output
         self.current: NodeLog | None = None
         self.held: list[bool] | None = None
 
     def pass_begin(self) -> None:
-        task = self.task
         if self.level >= 3:
-            _log.vlog_at(
-                3, "backward begin", nodes=len(task.dependencies), roots=len(task.holders), **{"pass": task.pass_id}
-            )
+            _log.vlog_at(3, "backward begin", nodes=len(self.deps), roots=len(self.holders), **{"pass": self.pass_id})
 
     def node_begin(self, node: GradNode, grad: np.ndarray) -> None:
         level = node.vlog_level if node.vlog_level is not None else self.level
         if level < 3:
             self.current = None
             return
-        nlog = self.current = NodeLog(node, level, self.task.pass_id, self.stats)
-        holders = self.task.holders  # (Sum or Move is level 7's: what the next nodes held before this one ran)
+        nlog = self.current = NodeLog(node, level, self.pass_id, self.stats)
+        holders = self.holders  # (Sum or Move is level 7's: what the next nodes held before this one ran)
         self.held = [nxt in holders for nxt in node.edges] if level >= 7 else None
         nlog.begin(grad)
 
@@ -278,13 +278,12 @@ class PassLog(Observer):
         nlog = self.current
         if nlog is not None:
             self.current = None
-            nlog.finish(grad, outputs, self.task, self.held)
+            nlog.finish(grad, outputs, self.deps, self.held)
 
     def pass_end(self) -> None:
-        task = self.task
         if self.level >= 3:
-            run = len(task.dependencies) - len(task.stops)  # every node but grad()'s stops ran
-            _log.vlog_at(3, "backward end", nodes_run=run, **{"pass": task.pass_id})
+            run = len(self.deps) - len(self.stops)  # every node but grad()'s stops ran
+            _log.vlog_at(3, "backward end", nodes_run=run, **{"pass": self.pass_id})
 
 
 def observe_pass(task: GraphTask, tagged: list[GradNode]) -> tuple[Observer, ...]:

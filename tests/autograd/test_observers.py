@@ -165,3 +165,30 @@ def test_found_pending_node_says_sum_when_an_earlier_node_sent_a_gradient_there(
     assert sorted(by_node.values()) == ["Move", "Sum"]
     pending = {r["node"]: r["in_degree"] for r in records if "Found pending node" in r.get("event", "")}
     assert sorted(pending[n] for n in (a.grad_fn.name, b.grad_fn.name)) == [0, 1]
+
+
+def test_a_passs_observers_die_with_it_without_the_garbage_collector(monkeypatch, tmp_path):
+    """No reference cycle between a task and its observers: a level-5 node log holds gradients (for their
+    statistics), which must go when backward returns, not when the collector next runs."""
+    import gc
+    import weakref
+
+    alive: list[weakref.ref] = []
+    shipped = list(engine.PASS_OBSERVERS)
+
+    def watched(task, tagged):
+        observers = [o for factory in shipped for o in factory(task, tagged)]
+        alive.extend(weakref.ref(o) for o in observers)
+        return observers
+
+    monkeypatch.setattr(engine, "PASS_OBSERVERS", [watched])
+    x = leaf(1.0, 2.0)
+    with dv.backward_vlog_guard(5), dv.capture_backward_subgraph_guard(tmp_path / "sub"):
+        y = dv.exp(x) * 2.0
+    gc.disable()
+    try:
+        y.sum().backward(dump_backward_graph_path=tmp_path / "dump")
+        assert len(alive) == 2, "the node log and the capture (the dump is not a factory's)"
+        assert [r() for r in alive] == [None, None]
+    finally:
+        gc.enable()
