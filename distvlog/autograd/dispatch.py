@@ -100,13 +100,15 @@ def _record(
 
     In place, the op wrote into its first input: what the backward needs of that input's old values is
     saved as a copy, and its output is a fresh array nobody else holds."""
-    saved, versions = [], []
+    saved, versions, old = [], [], None
     for kind, i in op.save_plan:
         if kind == "in" or kind == "out":
             t = args[i] if kind == "in" else out
-            if inplace and (kind == "out" or i == 0):
+            if inplace and (kind == "out" or t is args[0]):
                 # in place, the output is fresh (nobody else holds it) and the input overwritten: a copy of it
-                saved.append(out._data if kind == "out" else arrays[0].copy())
+                if kind == "in" and old is None:
+                    old = arrays[0].copy()
+                saved.append(out._data if kind == "out" else old)
                 continue
             saved.append(arrays[i] if kind == "in" else out._data)
             if isinstance(t, Tensor):

@@ -360,3 +360,12 @@ def test_set_flags_names_a_paddle_flag_it_ignores_once_and_refuses_what_is_not_a
         dv.set_flags({"call_stack_level": 3})
     with pytest.raises(TypeError, match="FLAGS_call_stack_level must be an int"):
         dv.set_flags({"FLAGS_call_stack_level": 3.5})
+
+
+def test_an_in_place_op_with_its_own_tensor_as_the_operand_saves_the_old_values_once():
+    check_gradients(lambda x: (x * 1.0).multiply_(x * 1.0), r(2, 3))
+    x = t64([1.0, 2.0, 3.0], stop_gradient=False)
+    y = x * 1.0
+    y.multiply_(y)  # y * y: both operands are the old y
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0])
