@@ -12,7 +12,7 @@ import numpy as np
 
 from ..logger import _rules, get_logger
 from . import flags
-from .guards import STATE
+from .guards import FORWARD_CAPTURES, STATE
 from .node import GradNode, Site, next_seq
 from .opdef import OpDef
 from .tensor import Tensor
@@ -183,7 +183,7 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     if wanted and out.dtype.kind == "f":  # an int or bool result (a cast) takes no gradient, as in PyTorch
         tensor._node = _record(op, args, arrays, edges, tensor, aux, attrs)
         tensor._stop_gradient = False
-    if state.forward_capture is not None:
+    if FORWARD_CAPTURES.count and state.forward_capture is not None:
         for capture in state.forward_captures():
             capture.record(op, args, tensor)
     if _rules.ceiling >= 3 and _log.vlog_is_on(3):
@@ -210,14 +210,15 @@ def apply_inplace(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> 
         operands.append(a._data if isinstance(a, Tensor) else a)
     try:
         if op.ufunc:
-            op.forward(*operands, out=data)
+            op.forward(*operands, data)  # (out, positional: numpy parses it faster)
         else:
             op.write(data, *operands, **attrs)
     except (ValueError, TypeError, IndexError) as exc:  # (numpy's own subclasses take other arguments)
         kind = next(k for k in (TypeError, IndexError, ValueError) if isinstance(exc, k))
         raise kind(f"{op.name}_ into {x.name} {x.dtype} {x.shape}: {exc}") from None
     x._bump_version()
-    _traced(op, args, x)
+    if FORWARD_CAPTURES.count or _rules.ceiling >= 3:
+        _traced(op, args, x)
     return x
 
 

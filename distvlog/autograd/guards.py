@@ -102,6 +102,22 @@ def capture_backward_subgraph_guard(dump_dir_path: str | Path, need_dump_grad_te
         yield
 
 
+class _OpenForwardCaptures:
+    """How many capture_fwd_graph_guards are open in all threads: while none is, an op checks one plain
+    number instead of reading its thread's state (a thread-local read costs as much as the check of the
+    version, the name and the tags together)."""
+
+    def __init__(self) -> None:
+        self.count, self._lock = 0, threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.count += n
+
+
+FORWARD_CAPTURES = _OpenForwardCaptures()
+
+
 @contextlib.contextmanager
 def capture_fwd_graph_guard(dump_path: str | Path) -> Iterator[None]:
     """Draw the forward ops this thread runs inside, when the guard closes (also after an exception):
@@ -109,10 +125,12 @@ def capture_fwd_graph_guard(dump_path: str | Path) -> Iterator[None]:
     from .graphviz import ForwardCapture
 
     capture = ForwardCapture(dump_path)
+    FORWARD_CAPTURES.add(1)
     try:
         with _Setting("forward_capture", capture):
             yield
     finally:
+        FORWARD_CAPTURES.add(-1)
         capture.write()
 
 
