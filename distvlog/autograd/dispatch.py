@@ -197,7 +197,7 @@ def apply_inplace(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> 
     backward that saved its old values refuses to run. When a gradient is wanted the op is recorded as x's
     new producer, as Paddle does; otherwise only x's data changes (what optimizers do, under no_grad)."""
     x = args[0]
-    if type(x) is not Tensor and not isinstance(x, Tensor):
+    if not isinstance(x, Tensor):
         raise TypeError(f"{op.name}_: x must be a Tensor, got {type(x).__name__}")
     if STATE.grad_enabled and any(
         isinstance(a, Tensor) and not a._stop_gradient and differentiable
