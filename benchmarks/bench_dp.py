@@ -45,7 +45,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def launch(args: argparse.Namespace) -> None:
-    from distvlog.dist.launch import find_launcher, launcher_kind, mpi_command
+    from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
 
     launcher = find_launcher(None)
     with tempfile.TemporaryDirectory() as logs:

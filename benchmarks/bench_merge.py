@@ -28,7 +28,7 @@ from numpy.lib.stride_tricks import as_strided
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from distvlog.tools._gather import restamp  # noqa: E402
+from distvlog.tools.read import restamp  # noqa: E402
 
 RANKS = 4
 _STAMP = b"I0000 00:00:00.000000"  # the digits are written per record

@@ -10,10 +10,10 @@ import argparse
 import importlib
 import sys
 
-from ._errors import InputError
+from .errors import InputError
 from .logger._sink import SINK
 
-COMMAND_MODULES = ("distvlog.dist.launch", "distvlog.tools.merge", "distvlog.tools.trace", "distvlog.tools.diff")
+COMMAND_MODULES = ("distvlog.launch.command", "distvlog.tools.merge", "distvlog.tools.trace", "distvlog.tools.diff")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._errors import refuse_unsupported
+from ..errors import refuse_unsupported
 from ..logger import flush
 from .node import AccumulationNode, GradNode
 from .tensor import Tensor

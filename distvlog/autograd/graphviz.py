@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._errors import InputError
+from ..errors import InputError
 from ..logger import IDENTITY, get_logger
 from .engine import GraphTask, Observer
 from .node import AccumulationNode, GradNode

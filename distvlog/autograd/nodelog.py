@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checksum import checksum
+from ..checksum import checksum
 from ..logger import get_logger, level_for
 from ..logger._logger import LineWriter
 from ..logger._sink import SINK

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..autograd import Tensor
-from ..tools._notes import ranks_text
+from ..wording import ranks_text
 
 if TYPE_CHECKING:
     from mpi4py import MPI

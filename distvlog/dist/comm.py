@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from .._errors import InputError
+from ..errors import InputError
 from ..logger import IDENTITY
 from ..logger._identity import LAUNCHER_VARS, rank_from_env
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .. import logger as dlog
-from .._checksum import checksum
+from ..checksum import checksum
 from ..autograd import Tensor, is_grad_enabled
 from ..autograd.engine import queue_callback
 from ..logger import _env

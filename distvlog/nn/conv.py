@@ -7,9 +7,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import refuse_unsupported
 from ..autograd.ops.conv import pair
 from ..autograd.tensor import Tensor
+from ..errors import refuse_unsupported
 from . import functional as F
 from .initializer import Initializer, Normal
 from .layer import Layer

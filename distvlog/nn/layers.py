@@ -6,9 +6,9 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from .._errors import refuse_unsupported
 from ..autograd import flatten
 from ..autograd.tensor import Tensor
+from ..errors import refuse_unsupported
 from . import functional as F
 from .initializer import Initializer
 from .layer import Layer, Parameter

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import refuse_unsupported
 from ..autograd.tensor import Tensor
+from ..errors import refuse_unsupported
 from . import functional as F
 from .initializer import Constant, Initializer
 from .layer import Layer, Parameter, unique_name

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import refuse_unsupported
 from ..autograd.tensor import Tensor
+from ..errors import refuse_unsupported
 from . import functional as F
 from .layer import Layer
 

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .._errors import refuse_unsupported
 from ..autograd.tensor import Tensor
+from ..errors import refuse_unsupported
 from .optimizer import Optimizer
 
 

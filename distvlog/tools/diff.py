@@ -31,10 +31,10 @@ from typing import Any
 
 import orjson
 
-from .._errors import InputError
 from .._json import dumps
-from ._notes import Warn, after_reading, ignore, plural, ranks_text, warner
-from .reader import open_sources, read_records
+from ..errors import InputError
+from ..wording import plural, ranks_text
+from .read import Warn, after_reading, ignore, open_sources, read_records, warner
 
 _WANTED = re.compile(
     rb"\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) "  # glog text

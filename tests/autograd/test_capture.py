@@ -94,7 +94,7 @@ def test_an_unusable_dump_path_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     with (
-        pytest.raises(dv._errors.InputError, match=r"cannot create .*file/sub"),
+        pytest.raises(dv.errors.InputError, match=r"cannot create .*file/sub"),
         dv.capture_backward_subgraph_guard(blocker / "sub"),
     ):
         pass
@@ -205,7 +205,7 @@ def test_the_forward_graph_is_written_when_the_region_raises_and_an_unusable_pat
     blocker = tmp_path / "file"
     blocker.write_text("")
     with (
-        pytest.raises(dv._errors.InputError, match=r"capture_fwd_graph_guard: cannot create .*file/sub"),
+        pytest.raises(dv.errors.InputError, match=r"capture_fwd_graph_guard: cannot create .*file/sub"),
         dv.capture_fwd_graph_guard(blocker / "sub" / "g"),
     ):
         pass

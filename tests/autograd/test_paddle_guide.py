@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import distvlog as paddle
-from distvlog.dist.launch import find_launcher, launcher_kind, mpi_command
+from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPHVIZ = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot is not installed")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from distvlog.dist.launch import find_launcher, launcher_kind, mpi_command
+from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).with_name("mpi_jobs.py")

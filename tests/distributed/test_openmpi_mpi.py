@@ -11,7 +11,7 @@ import shutil
 import pytest
 from launch_testkit import TRAIN, losses, run_dir_of
 
-from distvlog.dist.launch import find_launcher, launcher_kind, launcher_libmpi
+from distvlog.launch.command import find_launcher, launcher_kind, launcher_libmpi
 
 OPENMPI = shutil.which("mpirun.openmpi")
 pytestmark = [

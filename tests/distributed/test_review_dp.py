@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import distvlog as dv
-from distvlog.dist.launch import find_launcher, launcher_kind, mpi_command
+from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]

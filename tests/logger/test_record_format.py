@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from logger_testkit import GLOG_PREFIX, line_of, read_jsonl
 
 from distvlog.logger._render import CLOCK_SLOT_WIDTH, GlogRenderer, clock_slot, logfmt_value
-from distvlog.tools._record import from_json
+from distvlog.tools.read._record import from_json
 
 CALLSITES = """
 import threading, time

@@ -143,7 +143,7 @@ def test_ranks_without_a_file_are_named(tmp_path, cli, tool):
 
 
 def test_groups_of_ranks_read_the_same_everywhere():
-    from distvlog.tools._notes import ranks_text
+    from distvlog.wording import ranks_text
 
     assert ranks_text([3]) == "rank 3"
     assert ranks_text([3, 0, 2]) == "ranks 0,2,3"  # sorted; runs of two stay a list

@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tools_logfiles import T0, expected_tags, ours, stamp
 
-from distvlog.tools import _kway, reader
-from distvlog.tools.reader import open_sources, read_records
+from distvlog.tools.merge import _kway
+from distvlog.tools.read import _source as reader
+from distvlog.tools.read import open_sources, read_records
 
 RECORD_START = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} ", re.M)
 TAG = re.compile(r"r(\d+)t\d+i\d+")

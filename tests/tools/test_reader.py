@@ -10,9 +10,9 @@ import shutil
 import pytest
 from tools_logfiles import DATA, T0, expected_tags, ours
 
-from distvlog._errors import InputError
-from distvlog.tools import reader
-from distvlog.tools.reader import open_sources, read_records
+from distvlog.errors import InputError
+from distvlog.tools.read import _source as reader
+from distvlog.tools.read import open_sources, read_records
 
 TAG = re.compile(r"r(\d+)t\d+i\d+")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._errors import refuse_unsupported
+from ...errors import refuse_unsupported
 from ..dispatch import apply, apply_inplace
 from ..opdef import OpDef
 from ..tensor import Tensor

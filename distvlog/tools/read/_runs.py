@@ -14,11 +14,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._errors import InputError
-from ._notes import Warn, plural, ranks_text
+from ...errors import InputError
+from ...wording import plural, ranks_text
+from ._notes import Warn
 
 if TYPE_CHECKING:
-    from .reader import Source
+    from ._source import Source
 
 
 def check(sources: list[Source], warn: Warn) -> None:

@@ -18,7 +18,7 @@ from . import _record
 from ._arena import Slot
 
 if TYPE_CHECKING:
-    from .reader import Source
+    from ._source import Source
 
 
 @dataclass

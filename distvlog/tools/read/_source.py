@@ -1,18 +1,8 @@
-"""The one record reader behind `merge`, `trace` and `diff`.
-
-    sources = open_sources(["distvlog_logs"])          # a log root, run directory, files (.gz too)
-    for record in read_records(sources, where=re.compile(rb"grad_stats")):
-        record.rank, record.ts, record.fields["norm"]
-
-A `Source` is one input file: our per-rank files (glog text or JSON lines, with a header giving rank, host,
-year and clock offset to rank 0) or foreign glog files (C++ glog, absl-py, Paddle, c10d/NCCL), whose rank
-comes from `[rank R]` tags, `--rank-of FILE=R` or `[Rank N]` in the message. It yields `Block`s of whole
-records in file order; `ts` is epoch µs, on rank 0's clock unless clock correction is off. Every input line
-ends up in a record, the header, or `counts.skipped` with a reason.
-"""
+"""A `Source`: one input file, read a block of whole records at a time (see the package's docstring)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import time
 import zlib
@@ -20,19 +10,17 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .._errors import InputError
-from . import _header, _jsonlblock, _runs
+from ...errors import InputError
+from . import _header, _jsonl, _runs
 from ._arena import SLOT_BYTES, Slot, plain_alloc
 from ._block import Block, Counts
+from ._bytes import restamp
 from ._files import BadFile, InputFile, open_input, parse_rank_of, rank_given, resolve_inputs
-from ._foreign import _NCCL_RANK
-from ._gather import restamp
-from ._glogblock import GlogParser, RankRule, UnknownRank
-from ._glogscan import OURS, PAD, Calendar, detect_variant, line_starts
+from ._foreign import NCCL_RANK
+from ._glog import GlogParser, RankRule, UnknownRank
 from ._notes import Warn, ignore
 from ._record import Record
-
-__all__ = ["Block", "Counts", "Record", "Source", "open_sources", "parse_rank_of", "read_records"]
+from ._scan import OURS, PAD, Calendar, detect_variant, line_starts
 
 CHUNK = SLOT_BYTES - PAD
 HEAD_BYTES = 64 << 10  # read at least this much first: the header and first records tell the format
@@ -132,7 +120,7 @@ class Source:
             self._calendar = Calendar(int(created[:4]), int(created[5:7])) if created[:4].isdigit() else None
         else:
             text = data[:n].tobytes()
-            tag = _TAG.search(text) or _NCCL_RANK.search(text)
+            tag = _TAG.search(text) or NCCL_RANK.search(text)
             default = int(tag.group(1)) if tag else self.file.name_rank
             self._rank_rule = RankRule(explicit, default)
             self.rank = explicit if explicit is not None else default
@@ -194,7 +182,7 @@ class Source:
 
     def _parse(self, slot: Slot, n: int, alloc: Alloc) -> Block:
         if self.kind == "jsonl":
-            parsed = _jsonlblock.parse(slot.view, n, self.eof, self.rank)
+            parsed = _jsonl.parse(slot.view, n, self.eof, self.rank)
             text, objs = np.frombuffer(parsed.text, np.uint8), parsed.objs
         else:
             parsed = self._glog_parser().parse(slot.view, n, self.eof)
@@ -304,3 +292,27 @@ def read_records(
                 picked = np.flatnonzero(hit).tolist()
             for i in picked:
                 yield block.record(i)
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """PATH arguments and the options for reading them (shared with `trace`)."""
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help="log files (.gz too), a run directory, or a log root (its latest run)"
+    )
+    parser.add_argument(
+        "--rank-of",
+        action="append",
+        metavar="FILE=R",
+        help="the rank of a foreign log file without [rank R] tags (repeatable)",
+    )
+    parser.add_argument(
+        "--no-clock-correction",
+        action="store_true",
+        help="keep each rank's own timestamps (do not apply the clock offsets in the headers)",
+    )
+
+
+def open_inputs(args: argparse.Namespace, warn: Warn) -> list[Source]:
+    return open_sources(
+        args.paths, rank_of=parse_rank_of(args.rank_of), clock_correction=not args.no_clock_correction, warn=warn
+    )

@@ -16,40 +16,15 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .._errors import InputError
+from ...errors import InputError
+from ...wording import plural
+from ..read import Arena, Source, add_input_arguments, after_reading, open_inputs, skipped_text, total, warner
 from . import _filters
-from ._arena import Arena
 from ._kway import KWayMerge
-from ._notes import Warn, after_reading, plural, skipped_text, total, warner
 from ._writers import JsonWriter, Writer, text_header
-from .reader import Source, open_sources, parse_rank_of
 
 PROGRESS_MIN_BYTES = 4 << 20
 READ_THREADS = 2  # parse two inputs' next blocks at once (see _kway)
-
-
-def add_input_arguments(parser: argparse.ArgumentParser) -> None:
-    """PATH arguments and the options for reading them (shared with `trace`)."""
-    parser.add_argument(
-        "paths", nargs="+", metavar="PATH", help="log files (.gz too), a run directory, or a log root (its latest run)"
-    )
-    parser.add_argument(
-        "--rank-of",
-        action="append",
-        metavar="FILE=R",
-        help="the rank of a foreign log file without [rank R] tags (repeatable)",
-    )
-    parser.add_argument(
-        "--no-clock-correction",
-        action="store_true",
-        help="keep each rank's own timestamps (do not apply the clock offsets in the headers)",
-    )
-
-
-def open_inputs(args: argparse.Namespace, warn: Warn) -> list[Source]:
-    return open_sources(
-        args.paths, rank_of=parse_rank_of(args.rank_of), clock_correction=not args.no_clock_correction, warn=warn
-    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .._errors import InputError
+from ..errors import InputError
 from ..logger._lifecycle import BLOCKED_IN_C, IN_PYTHON
-from ..tools._notes import plural, ranks_text
-from ..tools.reader import Record, open_sources
+from ..tools.read import Record, open_sources
+from ..wording import plural, ranks_text
 from .run import END_RECORD
 
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
@@ -119,12 +119,16 @@ def _say_unended(unended: list[Unended]) -> None:
         return
     if len(unended) == 1:
         rank = unended[0]
-        _say(f"rank {rank.rank} (pid {rank.pid}): its log ends at {rank.last}, before its script ended: killed "
-             "by a signal or os._exit()?")
+        _say(
+            f"rank {rank.rank} (pid {rank.pid}): its log ends at {rank.last}, before its script ended: killed "
+            "by a signal or os._exit()?"
+        )
         return
-    _say(f"{ranks_text(u.rank for u in unended)} ended before their scripts did: one was killed by a signal or "
-         "called os._exit(), then the launcher killed the others (which one, the logs cannot tell; the "
-         "launcher's message may give its pid)")
+    _say(
+        f"{ranks_text(u.rank for u in unended)} ended before their scripts did: one was killed by a signal or "
+        "called os._exit(), then the launcher killed the others (which one, the logs cannot tell; the "
+        "launcher's message may give its pid)"
+    )
     for rank in unended:
         _say(f"rank {rank.rank} (pid {rank.pid}): its log ends at {rank.last}")
 
@@ -132,16 +136,22 @@ def _say_unended(unended: list[Unended]) -> None:
 def _no_files(run_dir: Path, code: int, started: float) -> None:
     """Nothing to merge: say so, and where the ranks logged if a script chose its own run id (`latest` of
     the log root then points at a run written since the job started)."""
-    _say(f"no rank wrote a log file under {run_dir}: nothing to merge"
-         + (f" (the job exited with code {code})" if code else ""))
+    _say(
+        f"no rank wrote a log file under {run_dir}: nothing to merge"
+        + (f" (the job exited with code {code})" if code else "")
+    )
     latest = run_dir.parent / "latest"
     other = latest.resolve() if latest.is_symlink() else None
     if other and other != run_dir and any(p.stat().st_mtime >= started for p in other.glob("rank-*")):
-        _say(f"{latest} now points to {other}, written during this job: a script that passes run_id= to "
-             f"dv.init() logs there instead (distvlog merge {other})")
+        _say(
+            f"{latest} now points to {other}, written during this job: a script that passes run_id= to "
+            f"dv.init() logs there instead (distvlog merge {other})"
+        )
     else:
-        _say("a script that passes run_id= or log_dir= to dv.init() logs where those say, not here "
-             "(see the ranks' \"logs to\" lines)")
+        _say(
+            "a script that passes run_id= or log_dir= to dv.init() logs where those say, not here "
+            '(see the ranks\' "logs to" lines)'
+        )
 
 
 def after_run(run_dir: Path, ranks: int, code: int, started: float) -> int:
@@ -159,12 +169,15 @@ def after_run(run_dir: Path, ranks: int, code: int, started: float) -> int:
         return code or 1
     failed = found.fatal
     _say_grouped({rank: f" failed: {failure_text(record)}" for rank, record in failed.items()})
-    _say_grouped({rank: f": {signal_text(record)}" for rank, record in found.signalled.items()
-                  if rank not in failed})  # (a failure says where)
+    _say_grouped(
+        {rank: f": {signal_text(record)}" for rank, record in found.signalled.items() if rank not in failed}
+    )  # (a failure says where)
     if code and not failed:
         unended = [u for u in found.unended if u.rank not in found.signalled]
-        _say(f"the job exited with code {code}; no rank logged an unhandled exception"
-             + ("" if unended or found.signalled else " (killed by a signal or by the launcher?)"))
+        _say(
+            f"the job exited with code {code}; no rank logged an unhandled exception"
+            + ("" if unended or found.signalled else " (killed by a signal or by the launcher?)")
+        )
         _say_unended(unended)
     logged = {int(m.group(1)) for p in files if (m := re.match(r"rank-(\d+)\.", p.name))}
     missing = set(range(ranks)) - logged

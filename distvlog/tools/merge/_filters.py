@@ -14,9 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._errors import InputError
-from ._block import Block
-from ._record import Record
+from ...errors import InputError
+from ..read import Block, Record
 
 LEVEL = np.zeros(256, np.int8)
 for _i, _c in enumerate("IWEF"):

@@ -13,9 +13,8 @@ import threading
 
 import numpy as np
 
-from .._json import json_line
-from ._gather import take
-from ._header import MERGED_MARK, processes_line
+from ..._json import json_line
+from ..read import MERGED_MARK, processes_line, take
 from ._kway import Batch
 
 _HEADER_FORMAT = "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"

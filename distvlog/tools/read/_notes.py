@@ -7,14 +7,15 @@ it could read): what was skipped is said, a line a warning, and no records at al
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .._errors import InputError
+from ...errors import InputError
+from ...wording import plural
 from ._block import Counts
 
 if TYPE_CHECKING:
-    from .reader import Source
+    from ._source import Source
 
 Warn = Callable[[str], None]
 
@@ -26,24 +27,6 @@ def ignore(text: str) -> None:
 def warner(command: str) -> Warn:
     """A warning a line on stderr, named after the command (`distvlog diff: warning: ...`)."""
     return lambda text: print(f"distvlog {command}: warning: {text}", file=sys.stderr)
-
-
-def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    """`1 record`, `0 records`, `1,024 lines`: summaries are read by people, who notice `1 records`."""
-    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
-
-
-def ranks_text(ranks: Iterable[int]) -> str:
-    """`rank 3`, `ranks 0,2,3`, `ranks 0-5,7`: how errors and reports name a group of ranks (runs of three or
-    more as ranges, the form `--ranks` takes: short for a large job missing most of its ranks)."""
-    runs: list[list[int]] = []
-    for rank in sorted(set(ranks)):
-        if runs and rank == runs[-1][-1] + 1:
-            runs[-1].append(rank)
-        else:
-            runs.append([rank])
-    text = ",".join(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs)
-    return f"rank {text}" if len(runs) == 1 and len(runs[0]) == 1 else f"ranks {text}"
 
 
 def skipped_text(counts: Counts) -> str:

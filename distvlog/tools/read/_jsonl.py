@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..logger._render import logfmt_value
+from ...logger._render import logfmt_value
 from ._block import Counts
 from ._record import CORE, META_EVENT
 
-_PLACEHOLDER = "0" * 20  # the timestamp, written afterwards by _gather.restamp
+_PLACEHOLDER = "0" * 20  # the timestamp, written afterwards by _bytes.restamp
 
 
 @dataclass

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._glogscan import spans
+from ._scan import spans
 
 _DAY_US = 86_400_000_000
 _STAMP = np.frombuffer(b"mmdd hh:mm:ss.uuuuuu", np.uint8)  # what follows the severity letter

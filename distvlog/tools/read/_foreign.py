@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._gather import take
-from ._glogscan import Variant, windows
+from ._bytes import take
+from ._scan import Variant, windows
 
-_NCCL_RANK = re.compile(rb"\[(?:[^\]\n]* )?Rank (\d+)\]")
+NCCL_RANK = re.compile(rb"\[(?:[^\]\n]* )?Rank (\d+)\]")
 _TAG = np.frombuffer(b"[rank ", np.uint8)
 
 
@@ -56,7 +56,7 @@ def nccl_ranks(data: np.ndarray, n: int, starts: np.ndarray, line_end: np.ndarra
     """The N of a `[Rank N]` / `[PG 0 Rank N]` in each record's first line, -1 where there is none."""
     out = np.full(len(starts), -1, np.int64)
     raw = data[:n].tobytes()
-    for match in _NCCL_RANK.finditer(raw):
+    for match in NCCL_RANK.finditer(raw):
         r = int(np.searchsorted(starts, match.start(), "right")) - 1
         if r >= 0 and match.start() < line_end[r] and out[r] < 0:
             out[r] = int(match.group(1))

@@ -17,8 +17,8 @@ import numpy as np
 
 from . import _foreign
 from ._block import Counts
-from ._glogscan import Calendar, Variant, line_starts, parse_prefix, windows
 from ._header import Clock, is_header_line
+from ._scan import Calendar, Variant, line_starts, parse_prefix, windows
 
 
 @dataclass

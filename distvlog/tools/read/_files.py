@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .._errors import InputError
+from ...errors import InputError
 
 _RANK_FILE = re.compile(r"^rank-(\d+)(?:\.(\d+))?\.(?:log|jsonl)(?:\.gz)?$")
 

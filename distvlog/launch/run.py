@@ -1,4 +1,4 @@
-"""`python -m distvlog.dist.run script.py [args]`: how `distvlog launch` runs a script on every rank.
+"""`python -m distvlog.launch.run script.py [args]`: how `distvlog launch` runs a script on every rank.
 
 As with `python -m mpi4py`, an unhandled exception or a non-zero `sys.exit()` in one rank aborts the whole job
 instead of leaving the other ranks waiting in a collective forever; either is logged as an F record. Before
@@ -89,7 +89,7 @@ def _log_end() -> None:
 
 def main(argv: list[str]) -> None:
     if not argv:
-        sys.exit("usage: python -m distvlog.dist.run script.py [args]")
+        sys.exit("usage: python -m distvlog.launch.run script.py [args]")
     script = argv[0]
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -106,7 +106,7 @@ def main(argv: list[str]) -> None:
     except BaseException:
         sys.excepthook(*sys.exc_info())  # distvlog's hook logs the traceback as an F record, then prints it
         _abort(1)
-    from . import finalize, is_initialized
+    from ..dist import finalize, is_initialized
 
     if is_initialized():
         finalize()  # the closing clock offsets; does nothing if the script finalized already

@@ -13,12 +13,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from .._errors import InputError
-from .._json import dumps
-from ._notes import after_reading, plural, warner
+from ..._json import dumps
+from ...errors import InputError
+from ...wording import plural
+from ..read import add_input_arguments, after_reading, open_inputs, read_records, warner
 from ._slices import KINDS, WANTED, Slice, SliceBuilder
-from .merge import add_input_arguments, open_inputs
-from .reader import read_records
 
 LANE_TID_BASE = 1 << 40  # tids of the extra tracks (real thread ids are smaller)
 

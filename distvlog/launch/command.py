@@ -4,7 +4,7 @@ All ranks get one run id and log root through the environment (`-genv` for MPICH
 `-x` for Open MPI). The launcher is the one next to this Python (the `mpich` wheel's) before any on PATH.
 If this Python's mpi4py would load another MPI's libmpi than the launcher's (the mpich wheel's under a system
 Open MPI's mpirun), the ranks get MPI4PY_LIBMPI pointing at the launcher's own, or the command says why not.
-Ranks run under `distvlog.dist.run`, so an exception in one aborts the job instead of hanging it. Whatever
+Ranks run under `distvlog.launch.run`, so an exception in one aborts the job instead of hanging it. Whatever
 happened, the run's files are merged into `timeline.log` and the command says where everything is and,
 when a rank failed, which one and why.
 """
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import distvlog
 
-from .._errors import InputError
+from ..dist.comm import library_name
+from ..errors import InputError
 from ..logger._rundir import log_dir
 from . import report
-from .comm import library_name
 
 # The libmpi soname of each launcher kind's MPI, and the MPI's name in messages.
 _LIBMPI = {"openmpi": ("libmpi.so.40", "Open MPI"), "hydra": ("libmpi.so.12", "MPICH")}
@@ -106,9 +106,11 @@ def matching_libmpi(launcher: str, kind: str) -> dict[str, str]:
     if lib and kind_of(_mpi4py_library({**os.environ, "MPI4PY_LIBMPI": lib})) == kind:
         return {"MPI4PY_LIBMPI": lib}
     soname, name = _LIBMPI[kind]
-    raise InputError(f"{launcher} is {name}'s launcher, but mpi4py loads {loaded}"
-                     f"{f' (MPI4PY_LIBMPI={own})' if own else ''}: pass --mpirun with the launcher of that MPI, "
-                     f"or set MPI4PY_LIBMPI to {name}'s {soname}")
+    raise InputError(
+        f"{launcher} is {name}'s launcher, but mpi4py loads {loaded}"
+        f"{f' (MPI4PY_LIBMPI={own})' if own else ''}: pass --mpirun with the launcher of that MPI, "
+        f"or set MPI4PY_LIBMPI to {name}'s {soname}"
+    )
 
 
 def mpi_command(launcher: str, kind: str, n: int, env: dict[str, str], hostfile: str | None) -> list[str]:
@@ -138,8 +140,11 @@ def _rank_env(run_id: str, root: Path, n: int, local: bool) -> dict[str, str]:
     cores for numpy's BLAS threads (unless OMP_NUM_THREADS says otherwise)."""
     source_root = str(Path(distvlog.__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
-    env = {"DISTVLOG_RUN_ID": run_id, "DISTVLOG_LOG_DIR": str(root),
-           "PYTHONPATH": source_root + (os.pathsep + path if path else "")}
+    env = {
+        "DISTVLOG_RUN_ID": run_id,
+        "DISTVLOG_LOG_DIR": str(root),
+        "PYTHONPATH": source_root + (os.pathsep + path if path else ""),
+    }
     if local and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
     return env
@@ -161,10 +166,13 @@ def run(args: argparse.Namespace) -> int:
     libmpi = matching_libmpi(launcher, kind)
     env = {**_rank_env(run_id, root, args.n, local=not args.hostfile), **libmpi}
     cmd = mpi_command(launcher, kind, args.n, env, args.hostfile)
-    cmd += [sys.executable, "-m", "distvlog.dist.run", str(script), *args.script_args]
+    cmd += [sys.executable, "-m", "distvlog.launch.run", str(script), *args.script_args]
     note = f", MPI4PY_LIBMPI={libmpi['MPI4PY_LIBMPI']}" if libmpi else ""
-    print(f"distvlog launch: {args.n} ranks with {launcher} ({kind}{note}), run {run_id} in {root}",
-          file=sys.stderr, flush=True)
+    print(
+        f"distvlog launch: {args.n} ranks with {launcher} ({kind}{note}), run {run_id} in {root}",
+        file=sys.stderr,
+        flush=True,
+    )
     started = time.time()
     code = _wait(subprocess.Popen(cmd, env={**os.environ, **env}))
     return report.after_run(root / run_id, args.n, code, started)
@@ -197,8 +205,12 @@ def _wait(proc: subprocess.Popen) -> int:
         stopping.append(signum)
         if signum == signal.SIGTERM or not _typed_in_our_terminal():
             proc.send_signal(signum)
-        print(f"distvlog launch: {signal.Signals(signum).name}: stopping the ranks, then merging their logs "
-              "(again to kill them)", file=sys.stderr, flush=True)
+        print(
+            f"distvlog launch: {signal.Signals(signum).name}: stopping the ranks, then merging their logs "
+            "(again to kill them)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     handled = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN]
     previous = {signum: signal.signal(signum, forward) for signum in handled}
@@ -229,9 +241,11 @@ def _typed_in_our_terminal() -> bool:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "launch", help="run a script on N MPI ranks, then merge its logs into one timeline",
+        "launch",
+        help="run a script on N MPI ranks, then merge its logs into one timeline",
         description="Run SCRIPT on N MPI ranks with one run id, wait, merge the run's logs into timeline.log "
-                    "in the run directory and say where the files are (and which rank failed, if one did).")
+        "in the run directory and say where the files are (and which rank failed, if one did).",
+    )
     p.add_argument("-n", "--np", dest="n", type=int, required=True, help="number of ranks")
     p.add_argument("--log-dir", help="log root (default: $DISTVLOG_LOG_DIR or ./distvlog_logs)")
     p.add_argument("--hostfile", help="hosts to run on (passed to the launcher as -f / --hostfile)")

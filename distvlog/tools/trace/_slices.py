@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._record import Record
+from ..read import Record
 
 _BEGIN_RUN = re.compile(r"(\w+)\(0x[0-9a-fA-F]+\) begin run")
 _FINISH = re.compile(r"Finish_AD_API_GRAD: (\w+)")

@@ -19,9 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._arena import Slot
-from ._block import Block
-from .reader import Source
+from ..read import Block, Slot, Source
 
 NEVER = np.iinfo(np.int64).max
 MAX_SLACK_US = 10_000_000  # past this, a record that arrives too late is written late (and counted)

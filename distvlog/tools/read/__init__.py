@@ -1,0 +1,46 @@
+"""Reading records: the one reader behind `merge`, `trace`, `diff` and the launcher's report.
+
+    sources = open_sources(["distvlog_logs"])          # a log root, run directory, files (.gz too)
+    for record in read_records(sources, where=re.compile(rb"grad_stats")):
+        record.rank, record.ts, record.fields["norm"]
+
+A `Source` is one input file: our per-rank files (glog text or JSON lines, with a header giving rank, host,
+year and clock offset to rank 0) or foreign glog files (C++ glog, absl-py, Paddle, c10d/NCCL), whose rank
+comes from `[rank R]` tags, `--rank-of FILE=R` or `[Rank N]` in the message. It yields `Block`s of whole
+records in file order, as columns over a buffer of glog text; `ts` is epoch µs, on rank 0's clock unless
+clock correction is off. Every input line ends up in a record, the header, or `counts.skipped` with a
+reason. What the tools say about their input (warnings, counts) is here too.
+"""
+
+from __future__ import annotations
+
+from ._arena import Arena, Slot
+from ._block import Block, Counts
+from ._bytes import restamp, take
+from ._header import MERGED_MARK, processes_line
+from ._notes import Warn, after_reading, ignore, skipped_text, total, warner
+from ._record import Record
+from ._source import Source, add_input_arguments, open_inputs, open_sources, read_records
+
+__all__ = [
+    "Arena",
+    "Block",
+    "Counts",
+    "MERGED_MARK",
+    "Record",
+    "Slot",
+    "Source",
+    "Warn",
+    "add_input_arguments",
+    "after_reading",
+    "ignore",
+    "open_inputs",
+    "open_sources",
+    "processes_line",
+    "read_records",
+    "restamp",
+    "skipped_text",
+    "take",
+    "total",
+    "warner",
+]
