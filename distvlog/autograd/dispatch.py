@@ -3,21 +3,19 @@ this thread's guard state. The one place where forward meets autograd."""
 
 from __future__ import annotations
 
-import os
 import sys
 from types import CodeType, FrameType
 from typing import Any
 
 import numpy as np
 
-from ..logger import _rules, get_logger
+from ..logger import PACKAGE_DIR, _rules, get_logger
 from . import flags
 from .guards import FORWARD_CAPTURES, STATE
 from .node import GradNode, Site, next_seq
 from .opdef import OpDef
 from .tensor import Tensor
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _log = get_logger("distvlog.autograd.ops")
 _NO_ATTRS: dict[str, Any] = {}
 PROMOTION_WARNING = "Got different data type, run type promotion automatically, this may cause data type been changed."
@@ -27,7 +25,7 @@ def _user_site(with_stack: bool, skip: int = 2) -> Site:
     """The first frame outside distvlog: the user's forward line (a short walk, not a full stack), starting
     `skip` frames up (past this function and its caller, at least)."""
     frame = sys._getframe(skip)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
         frame = frame.f_back
     return Site(frame.f_code, frame.f_lasti, _stack(frame) if with_stack else None)
 

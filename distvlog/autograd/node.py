@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..logger._processors import code_site
+from ..logger import code_site
 from .opdef import OpDef
 
 if TYPE_CHECKING:

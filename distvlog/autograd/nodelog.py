@@ -27,15 +27,24 @@ from typing import Any
 import numpy as np
 
 from ..checksum import checksum
-from ..logger import get_logger, level_for
-from ..logger._logger import LineWriter
-from ..logger._sink import SINK
+from ..format import (
+    BACKWARD_BEGIN,
+    BACKWARD_END,
+    BEGIN_RUN,
+    FINISH_AD_API,
+    FINISH_CPP_API,
+    FOUND_PENDING,
+    GRAD_STATS,
+    RUNNING_AD_API,
+    RUNNING_CPP_API,
+)
+from ..format import BANNER_EDGE as _BANNER
+from ..logger import SINK, LineWriter, get_logger, level_for
 from .engine import GraphTask, Observer
 from .node import AccumulationNode, GradNode, dtype_name, shape_list, shape_text
 
 ENGINE = "distvlog.autograd.engine"  # the module the backward's records belong to (`engine=5` in vmodule)
 _log = get_logger(ENGINE)
-_BANNER = "=" * 26
 MAX_VALUES = 24  # elements printed per tensor at level >= 11
 
 
@@ -139,16 +148,16 @@ class NodeLog:
             node, api, level = self.node, self.api, self.level
             records: list[tuple[int, str, None]] = []  # (only the texts of the node's levels are built)
             if level >= 4:
-                records.append((4, f"{self.label} begin run", None))
+                records.append((4, f"{self.label} {BEGIN_RUN}", None))
             if level >= 5:
                 edges = len(node.edges) - node.edges.count(None)
                 records.append((5, f"{self.label} has {edges} out edges to run", None))
             records += [
-                (3, f"{_BANNER}Running_AD_API_GRAD: {api}{_BANNER}", None),
+                (3, f"{_BANNER}{RUNNING_AD_API}: {api}{_BANNER}", None),
                 (3, f"{{ Input: {self._inputs(grad)}}} ", None),
             ]
             if not isinstance(node, AccumulationNode):
-                records.append((3, f"{_BANNER}Running_C++_API: {api}{node.seq}{_BANNER}", None))
+                records.append((3, f"{_BANNER}{RUNNING_CPP_API}: {api}{node.seq}{_BANNER}", None))
                 if level >= 4:
                     records += [
                         (4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]", None),
@@ -186,7 +195,7 @@ class NodeLog:
             outs = [f" ( {slot} , {self._tensor(name, g, node.edges[i])})" for i, slot, name, g in grads]
             records: list[tuple[int, str, dict[str, Any] | None]] = []
             if not isinstance(node, AccumulationNode):
-                records.append((3, f"{_BANNER}Finish_C++_API: {api}{node.seq}{_BANNER}", None))
+                records.append((3, f"{_BANNER}{FINISH_CPP_API}: {api}{node.seq}{_BANNER}", None))
             dump = f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } "
             records.append((3, dump, None))
             if level >= 5:
@@ -194,17 +203,17 @@ class NodeLog:
                 records.append(
                     (
                         5,
-                        "grad_stats",
+                        GRAD_STATS,
                         {"slot": "grad_out", "tensor": node.out_name + "@Grad", **site, **self.stats(grad)},
                     )
                 )
                 records += [
-                    (5, "grad_stats", {"slot": slot, "tensor": name, **site, **self.stats(g)})
+                    (5, GRAD_STATS, {"slot": slot, "tensor": name, **site, **self.stats(g)})
                     for _, slot, name, g in grads
                 ]
                 if all(g is not grad for *_, g in grads):
                     del self._stats[id(grad)]  # arrived, not passed on: the pass need not hold this gradient any more
-            records.append((3, f"{_BANNER}Finish_AD_API_GRAD: {api}{_BANNER}", None))
+            records.append((3, f"{_BANNER}{FINISH_AD_API}: {api}{_BANNER}", None))
             if level >= 4:
                 for nxt, g, summed, in_degree in _pending(node, outputs, deps, held):
                     if level >= 6:
@@ -217,7 +226,7 @@ class NodeLog:
                             ),
                             (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None),
                         ]
-                    records.append((4, f"{self.label} Found pending node: {nxt!r}", {"in_degree": in_degree}))
+                    records.append((4, f"{self.label} {FOUND_PENDING}: {nxt!r}", {"in_degree": in_degree}))
             self.log.lines(records)
 
 
@@ -262,7 +271,7 @@ class PassLog(Observer):
 
     def pass_begin(self) -> None:
         if self.level >= 3:
-            _log.vlog_at(3, "backward begin", nodes=len(self.deps), roots=len(self.holders), **{"pass": self.pass_id})
+            _log.vlog_at(3, BACKWARD_BEGIN, nodes=len(self.deps), roots=len(self.holders), **{"pass": self.pass_id})
 
     def node_begin(self, node: GradNode, grad: np.ndarray) -> None:
         level = node.vlog_level if node.vlog_level is not None else self.level
@@ -283,7 +292,7 @@ class PassLog(Observer):
     def pass_end(self) -> None:
         if self.level >= 3:
             run = len(self.deps) - len(self.stops)  # every node but grad()'s stops ran
-            _log.vlog_at(3, "backward end", nodes_run=run, **{"pass": self.pass_id})
+            _log.vlog_at(3, BACKWARD_END, nodes_run=run, **{"pass": self.pass_id})
 
 
 def observe_pass(task: GraphTask, tagged: list[GradNode]) -> tuple[Observer, ...]:

@@ -7,8 +7,7 @@ through the environment), only without clock offsets: a lazy start must never wa
 
 from __future__ import annotations
 
-from ..logger import IDENTITY, SINK, configure, get_logger, unbind_context
-from ..logger._rundir import default_run_id
+from ..logger import IDENTITY, SINK, configure, default_run_id, get_logger, unbind_context
 from . import clock, comm
 from .parallel import DataParallel, DataParallelError, check_finalize
 

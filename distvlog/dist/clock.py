@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..logger import SINK
-from ..logger._clock import now_us
+from ..logger import now_us
 
 if TYPE_CHECKING:
     from mpi4py import MPI

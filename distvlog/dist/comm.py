@@ -9,8 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from ..logger import IDENTITY
-from ..logger._identity import LAUNCHER_VARS, rank_from_env
+from ..logger import IDENTITY, LAUNCHER_VARS, rank_from_env
 
 if TYPE_CHECKING:
     from mpi4py import MPI

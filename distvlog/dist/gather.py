@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..format import rank_file_stem
 from ..logger import IDENTITY, SINK, get_logger
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ _log = get_logger("distvlog.dist.gather")
 def _own_files() -> list[Path]:
     if SINK.path is None:
         return []
-    return sorted(SINK.path.parent.glob(f"rank-{IDENTITY.rank}.*"))  # with files of forked children
+    return sorted(SINK.path.parent.glob(f"{rank_file_stem(IDENTITY.rank)}.*"))  # with files of forked children
 
 
 def _head(path: Path) -> bytes:

@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import logger as dlog
 from ..checksum import checksum
+from ..format import ALLREDUCE_BEGIN, ALLREDUCE_END, ALLREDUCE_PARAM
 from ..autograd import Tensor, is_grad_enabled
 from ..autograd.engine import queue_callback
 from ..logger import _env
@@ -197,7 +198,7 @@ class DataParallel:
         if self.debug:
             bad = nonfinite_text(bucket, flat, self.step, self.comm.rank)
             self._checks.before(f"allreduce of bucket {bucket.index}", self.step, bad)
-        _log.vlog(1, "allreduce begin", step=self.step, bucket=bucket.index, bytes=bucket.nbytes)
+        _log.vlog(1, ALLREDUCE_BEGIN, step=self.step, bucket=bucket.index, bytes=bucket.nbytes)
         if self.overlap:
             reduction.requests[bucket.index] = self.comm.Iallreduce(MPI.IN_PLACE, flat, MPI.SUM)
         else:
@@ -220,11 +221,11 @@ class DataParallel:
         gradients = bucket.gradients(flat)
         gradients /= self.world_size
         if _log.vlog_is_on(1):
-            _log.vlog(1, "allreduce end", step=self.step, bucket=bucket.index,
+            _log.vlog(1, ALLREDUCE_END, step=self.step, bucket=bucket.index,
                       checksum=checksum(gradients))
             if _log.vlog_is_on(2):
                 for i, param in enumerate(bucket.params):
-                    _log.vlog(2, "allreduce param", step=self.step, bucket=bucket.index, param=param.name,
+                    _log.vlog(2, ALLREDUCE_PARAM, step=self.step, bucket=bucket.index, param=param.name,
                               checksum=checksum(bucket.slot(flat, i)))
         bucket.unpack(flat)
 

@@ -25,7 +25,7 @@ import distvlog
 
 from ..dist.comm import library_name
 from ..errors import InputError
-from ..logger._rundir import log_dir
+from ..logger import log_dir
 from . import report
 
 # The libmpi soname of each launcher kind's MPI, and the MPI's name in messages.

@@ -4,7 +4,6 @@ record of a script that ended (killed), the merged timeline, and where the files
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -12,15 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import format as fmt
 from ..errors import InputError
-from ..logger._lifecycle import BLOCKED_IN_C, IN_PYTHON
 from ..tools.read import Record, open_sources
 from ..wording import plural, ranks_text
-from .run import END_RECORD
 
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
-_SIGNALLED = {BLOCKED_IN_C: "blocked in C", IN_PYTHON: "running Python"}
-_END = re.compile(rb" distvlog:0\] \[rank \d+\] " + re.escape(END_RECORD.encode()) + rb"\n")
+_SIGNALLED = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
+_END = fmt.own_record_pattern(fmt.END_RECORD)
 _WF = np.frombuffer(b"WF", np.uint8)
 
 
@@ -142,7 +140,7 @@ def _no_files(run_dir: Path, code: int, started: float) -> None:
     )
     latest = run_dir.parent / "latest"
     other = latest.resolve() if latest.is_symlink() else None
-    if other and other != run_dir and any(p.stat().st_mtime >= started for p in other.glob("rank-*")):
+    if other and other != run_dir and any(p.stat().st_mtime >= started for p in other.glob(f"{fmt.RANK_FILE_PREFIX}*")):
         _say(
             f"{latest} now points to {other}, written during this job: a script that passes run_id= to "
             f"dv.init() logs there instead (distvlog merge {other})"
@@ -157,7 +155,7 @@ def _no_files(run_dir: Path, code: int, started: float) -> None:
 def after_run(run_dir: Path, ranks: int, code: int, started: float) -> int:
     """Report on a finished job (started at `started`, epoch s); the exit code is the job's (1 if it exited
     0 but a rank logged F)."""
-    files = sorted(run_dir.glob("rank-*")) if run_dir.is_dir() else []
+    files = sorted(run_dir.glob(f"{fmt.RANK_FILE_PREFIX}*")) if run_dir.is_dir() else []
     if not files:  # a script that never logs is not a failure: the job's own exit code stands
         _no_files(run_dir, code, started)
         return code
@@ -179,7 +177,7 @@ def after_run(run_dir: Path, ranks: int, code: int, started: float) -> int:
             + ("" if unended or found.signalled else " (killed by a signal or by the launcher?)")
         )
         _say_unended(unended)
-    logged = {int(m.group(1)) for p in files if (m := re.match(r"rank-(\d+)\.", p.name))}
+    logged = {int(m.group(1)) for p in files if (m := fmt.RANK_FILE_NAME.match(p.name))}
     missing = set(range(ranks)) - logged
     if missing and timeline is None:  # (else the merge said so: "no log read from ranks ...")
         _say(f"{ranks_text(missing)} wrote no log file")

@@ -19,9 +19,8 @@ import time
 from types import ModuleType
 from typing import NoReturn
 
-from ..logger import IDENTITY, SINK, _lifecycle, flush
-
-END_RECORD = "the script ended"  # logged at `distvlog:0`, after finalize()
+from ..format import END_RECORD
+from ..logger import FLUSH_INTERVAL_S, IDENTITY, SIGNAL_GRACE_S, SINK, flush, log_at, log_failure, log_interrupt
 
 
 def _abort(code: int) -> NoReturn:
@@ -30,7 +29,7 @@ def _abort(code: int) -> NoReturn:
     Ctrl-C meanwhile would only interrupt the abort."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     flush()
-    time.sleep(2 * _lifecycle.FLUSH_INTERVAL_S)
+    time.sleep(2 * FLUSH_INTERVAL_S)
     sys.stderr.flush()
     mpi = _initialised_mpi()
     if mpi is not None:
@@ -58,7 +57,7 @@ def _pmi_abort(code: int) -> None:
         os.write(int(fd), f"cmd=abort exitcode={code}\n".encode())
     except OSError:
         return
-    time.sleep(_lifecycle.SIGNAL_GRACE_S)
+    time.sleep(SIGNAL_GRACE_S)
 
 
 def _report_exit(exc: SystemExit) -> int:
@@ -67,14 +66,14 @@ def _report_exit(exc: SystemExit) -> int:
     status, message = (int(exc.code), "") if isinstance(exc.code, int) else (1, f": {exc.code}")
     if message:
         print(exc.code, file=sys.stderr)
-    _lifecycle.log_failure(f"exited with status {status}{message}", exc, exc.__traceback__)
+    log_failure(f"exited with status {status}{message}", exc, exc.__traceback__)
     return status
 
 
 def _report_interrupt(exc: KeyboardInterrupt) -> int:
     """Ctrl-C: not the script's failure. Where SIGINT found this rank, as one line on stderr (not a traceback
     per rank) and a W record with its stack, so that `distvlog launch` names the place; 130, as a shell says."""
-    where = _lifecycle.log_interrupt(exc)
+    where = log_interrupt(exc)
     place = f" at {os.path.basename(where.filename)}:{where.lineno}" if where is not None else ""
     print(f"distvlog: rank {IDENTITY.rank}: KeyboardInterrupt{place}", file=sys.stderr, flush=True)
     return 128 + signal.SIGINT
@@ -84,7 +83,7 @@ def _log_end() -> None:
     """END_RECORD, flushed at once (the launcher may yet kill this rank, as another's failure ends the job).
     A rank that never logged gets no file for it."""
     if SINK.file_open:
-        _lifecycle._to_file("info", END_RECORD, None)
+        log_at("info", END_RECORD, None)
 
 
 def main(argv: list[str]) -> None:

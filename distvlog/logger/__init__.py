@@ -1,11 +1,19 @@
-"""distvlog's logging backend: structlog pipeline, glog / JSON-lines renderers, one file per rank."""
+"""distvlog's logging backend: structlog pipeline, glog / JSON-lines renderers, one file per rank.
+
+What other packages use is here: loggers and verbosity, the rank's identity and file, the engine's batch
+line writer (`LineWriter`, with `SINK.signals_held` around a node's lines), the records the launcher writes
+about a rank's end, and whether a frame is distvlog's or the user's (`is_distvlog_file`)."""
 
 from __future__ import annotations
 
 from . import _lifecycle
-from ._identity import IDENTITY
-from ._logger import Logger, add_processor, bind_context, get_logger, unbind_context
+from ._clock import now_us
+from ._identity import IDENTITY, LAUNCHER_VARS, rank_from_env
+from ._lifecycle import FLUSH_INTERVAL_S, SIGNAL_GRACE_S, log_at, log_failure, log_interrupt
+from ._logger import LineWriter, Logger, add_processor, bind_context, get_logger, unbind_context
+from ._processors import PACKAGE_DIR, code_site, is_distvlog_file
 from ._rules import level_for, set_vlog_level, vlog_guard
+from ._rundir import default_run_id, log_dir
 from ._sink import SINK
 from ._stdlib import capture_stdlib
 
@@ -31,17 +39,32 @@ def log_file_path():
 
 
 __all__ = [
+    "FLUSH_INTERVAL_S",
     "IDENTITY",
+    "LAUNCHER_VARS",
+    "PACKAGE_DIR",
+    "SIGNAL_GRACE_S",
+    "SINK",
+    "LineWriter",
     "Logger",
     "add_processor",
     "bind_context",
-    "unbind_context",
     "capture_stdlib",
+    "code_site",
     "configure",
+    "default_run_id",
     "flush",
     "get_logger",
+    "is_distvlog_file",
     "level_for",
+    "log_at",
+    "log_dir",
+    "log_failure",
     "log_file_path",
+    "log_interrupt",
+    "now_us",
+    "rank_from_env",
     "set_vlog_level",
+    "unbind_context",
     "vlog_guard",
 ]

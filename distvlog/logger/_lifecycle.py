@@ -17,12 +17,13 @@ import time
 import traceback
 from typing import Any
 
+from ..format import BLOCKED_IN_C, IN_PYTHON, OWN_FILE, OWN_LINE
 from . import _env
 from ._identity import IDENTITY
 from ._logger import unechoed_logger
+from ._processors import PACKAGE_DIR
 from ._sink import SINK, RankFile
 
-_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "")  # distvlog/
 _LOGGER_DIR = os.path.join(os.path.dirname(__file__), "")  # distvlog/logger/
 _LIBRARY_DIRS = ("<frozen ",) + tuple(
     os.path.join(sysconfig.get_path(kind), "") for kind in ("stdlib", "platstdlib", "purelib", "platlib")
@@ -75,7 +76,7 @@ class _Handler:
             self.ending = True  # (a second signal during the hold ends it at once)
             with contextlib.suppress(Exception):  # the signal must end the process all the same
                 where, stack = _stack_of(frame)
-                _to_file(
+                log_at(
                     "warning", f"{signal.Signals(signum).name}{IN_PYTHON}, at (most recent call last):\n{stack}", where
                 )
             time.sleep(_HOLD_S)
@@ -102,8 +103,6 @@ def _install_signal_handlers() -> None:
 SIGNAL_GRACE_S = 3.0  # how long a process may outlive a SIGTERM whose handler would end it
 _PROMPT_S = 0.2  # a main thread that runs Python handles a signal sooner than this
 _HOLD_S = 5 * _PROMPT_S  # how long a rank that a signal ends in Python outlives it (see _Handler._end)
-BLOCKED_IN_C = " arrived while the main thread was blocked in C"  # (`distvlog launch` looks for both)
-IN_PYTHON = " arrived while the main thread was running Python"
 _watcher_pipe: tuple[int, int] | None = None  # (read, write) ends, while the write end is Python's wakeup fd
 _watcher_pid: int | None = None
 
@@ -141,7 +140,7 @@ def _watch_signals(fd: int) -> None:
                 continue
             name = signal.Signals(signum).name
             where, stack = _main_thread_at()
-            _to_file("warning", f"{name}{BLOCKED_IN_C}, at (most recent call last):\n{stack}", where)
+            log_at("warning", f"{name}{BLOCKED_IN_C}, at (most recent call last):\n{stack}", where)
             if handler.ends_process:
                 time.sleep(SIGNAL_GRACE_S - _PROMPT_S)
                 if signal.getsignal(signum) is handler and handler.calls == handler.seen:
@@ -159,7 +158,7 @@ def _stack_of(frame: Any) -> tuple[traceback.FrameSummary | None, str]:
 
 
 def _users_stack(frames: list[traceback.FrameSummary]) -> tuple[traceback.FrameSummary | None, str]:
-    while len(frames) > 1 and frames[0].filename.startswith((_PACKAGE_DIR, *_LIBRARY_DIRS)):
+    while len(frames) > 1 and frames[0].filename.startswith((PACKAGE_DIR, *_LIBRARY_DIRS)):
         del frames[0]  # runpy, `distvlog launch`'s runner
     return _users_frame(frames), "".join(traceback.format_list(frames)).rstrip() or "  (no Python frame)"
 
@@ -173,12 +172,12 @@ def log_interrupt(exc: KeyboardInterrupt) -> traceback.FrameSummary | None:
         del frames[-1]
     where, stack = _users_stack(frames)
     with contextlib.suppress(Exception):  # (the interrupt must end the script all the same)
-        _to_file("warning", f"KeyboardInterrupt{IN_PYTHON}, at (most recent call last):\n{stack}", where)
+        log_at("warning", f"KeyboardInterrupt{IN_PYTHON}, at (most recent call last):\n{stack}", where)
     return where
 
 
 def _exit_from_watcher(name: str, status: int, where: traceback.FrameSummary | None) -> None:
-    _to_file(
+    log_at(
         "critical",
         f"{name}: the main thread did not return to Python within {SIGNAL_GRACE_S:g} s (blocked "
         f"in C, such as an MPI call that cannot complete); exited with status {status}",
@@ -231,7 +230,7 @@ def _raising_line(exc: BaseException | None, tb: Any) -> traceback.FrameSummary 
 def _users_frame(frames: list[traceback.FrameSummary]) -> traceback.FrameSummary | None:
     """The innermost frame of the user's code: not distvlog's, not the standard library's or an installed
     package's; else the innermost outside distvlog; else the innermost."""
-    outside = [frame for frame in frames if not frame.filename.startswith(_PACKAGE_DIR)]
+    outside = [frame for frame in frames if not frame.filename.startswith(PACKAGE_DIR)]
     users = [frame for frame in outside if not frame.filename.startswith(_LIBRARY_DIRS)]
     return (users or outside or frames or [None])[-1]
 
@@ -240,13 +239,13 @@ def log_failure(event: str, exc: BaseException | None, tb: Any, fatal: bool = Tr
     """An F (or E) record where `exc` was raised, to the file only (whoever handles `exc` prints it to
     stderr once), flushed at once. Never raises: it runs while the program is already failing."""
     with contextlib.suppress(Exception):  # a record that cannot be written must not hide the failure itself
-        _to_file("critical" if fatal else "error", event, _raising_line(exc, tb))
+        log_at("critical" if fatal else "error", event, _raising_line(exc, tb))
 
 
-def _to_file(method: str, event: str, where: traceback.FrameSummary | None) -> None:
-    """A record located at `where` (a frame of the user's), to the file only (whoever handles the failure
-    prints it to stderr once), flushed at once."""
-    file, line = (os.path.basename(where.filename), where.lineno) if where else ("distvlog", 0)
+def log_at(method: str, event: str, where: traceback.FrameSummary | None) -> None:
+    """A record located at `where` (a frame of the user's; None: the logger's own call site), to the file
+    only (whoever handles a failure prints it to stderr once), flushed at once."""
+    file, line = (os.path.basename(where.filename), where.lineno) if where else (OWN_FILE, OWN_LINE)
     getattr(unechoed_logger("distvlog"), method)(event, file=file, line=line)
     SINK.flush()
 

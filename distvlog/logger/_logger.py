@@ -17,11 +17,12 @@ from typing import Any
 
 import structlog
 
+from ..format import PREFIX_FIELDS, V, field_text, pairs_of
 from . import _rules
 from ._clock import now_us
 from ._identity import IDENTITY
 from ._processors import CONTEXT, add_record_fields, caller_site, skip_frames_of, thread_id
-from ._render import CORE_FIELDS, GlogRenderer, logfmt_pairs
+from ._render import GlogRenderer
 from ._sink import SINK
 
 Processor = Callable[[Any, str, dict], Any]
@@ -115,8 +116,8 @@ class LineWriter:
         self._logger = logger
         self.level = level
         self._context = {**logger._context, **fields}  # what bind() would hold (bound on the generic path only)
-        self._fast = CORE_FIELDS.isdisjoint(self._context) and "v" not in self._context
-        self._bound = logfmt_pairs(self._context) if self._fast else ""  # (v follows them)
+        self._fast = PREFIX_FIELDS.isdisjoint(self._context) and V not in self._context
+        self._bound = pairs_of(self._context) if self._fast else ""  # (v follows them)
         # bind_context's dict, its rendering (None when it sets a core field) and the fields a record's own
         # may not shadow
         self._ctx: tuple[dict | None, str | None, frozenset[str]] = (None, None, frozenset())
@@ -126,7 +127,7 @@ class LineWriter:
         ctx = CONTEXT.get()
         cached = self._ctx
         if cached[0] is not ctx:
-            cached = self._ctx = (ctx, self._render_context(ctx), CORE_FIELDS.union(self._context, ctx, ("v",)))
+            cached = self._ctx = (ctx, self._render_context(ctx), PREFIX_FIELDS.union(self._context, ctx, (V,)))
         _, tail, taken = cached
         processors = self._logger._processors
         renderer = processors[-1]
@@ -137,9 +138,9 @@ class LineWriter:
                 if v > level:
                     continue
                 if not extra:
-                    items.append((event, f"{bound} v={v}{tail}"))
+                    items.append((event, f"{bound}{_V_FIELD}{v}{tail}"))
                 elif taken.isdisjoint(extra):  # every other field stays as it is
-                    items.append((event, f"{bound} v={v}{logfmt_pairs(extra)}{tail}"))
+                    items.append((event, f"{bound}{_V_FIELD}{v}{pairs_of(extra)}{tail}"))
                 else:
                     break  # the generic path for the whole batch: the records keep their order
             else:
@@ -161,13 +162,14 @@ class LineWriter:
 
     def _render_context(self, ctx: dict[str, Any]) -> str | None:
         """The ` k=v` that `bind_context` adds (fields not already bound); None when it sets a core field."""
-        if not CORE_FIELDS.isdisjoint(ctx) or "v" in ctx:
+        if not PREFIX_FIELDS.isdisjoint(ctx) or V in ctx:
             return None
-        return logfmt_pairs({k: v for k, v in ctx.items() if k not in self._context})
+        return pairs_of(ctx, self._context)
 
 
 skip_frames_of(Logger.debug, Logger.vlog, Logger.vlog_at, Logger.exception, Logger._vlog, LineWriter.lines)
-_VLOG_AT_ARGUMENTS = frozenset({"self", "level", "event", "v"})
+_VLOG_AT_ARGUMENTS = frozenset({"self", "level", "event", V})
+_V_FIELD = field_text(V)
 _loggers: dict[str, Logger] = {}
 
 

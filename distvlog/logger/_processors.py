@@ -19,6 +19,8 @@ CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("distvl
 # Frames of the logger itself, between the caller and the processors, by id: hashing a code object hashes
 # its constants, nested functions' code included, on every look-up. The dict holds the codes: ids stay theirs.
 _SKIP_CODES: dict[int, CodeType] = {}
+# distvlog's own source files start with this (the separator included: `distvlog_examples/` is not ours).
+PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 _sites: dict[tuple[int, int], tuple[CodeType, str, int]] = {}  # (id(code), instruction) -> code, file, line
 
 
@@ -38,6 +40,11 @@ def _forget_thread_ids() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_thread_ids)
+
+
+def is_distvlog_file(filename: str) -> bool:
+    """Whether a frame's file is distvlog's own: the user's call site is the first frame that is not."""
+    return filename.startswith(PACKAGE_DIR)
 
 
 def skip_frames_of(*functions: Any) -> None:
@@ -76,14 +83,15 @@ def thread_id() -> int:
 def add_record_fields(_logger: object, method: str, ed: dict[str, Any]) -> dict[str, Any]:
     """Bound context (`bind_context`), the caller's `file`/`line` (a fixed-depth frame look-up, not a stack
     walk), `ts` in µs since the epoch, `severity`, `rank`, `world_size` and the native thread id `tid`.
-    Fields already present (a record bridged from stdlib logging) are kept; `file` and `line` only as a pair."""
+    A caller's own `ts` (int) and `file` (str) with `line` (int), as the stdlib bridge passes, are kept; of
+    another type they are replaced (the glog prefix could not hold them)."""
     ctx = CONTEXT.get()
     if ctx:
         for key, value in ctx.items():
             ed.setdefault(key, value)
-    if "file" not in ed or "line" not in ed:  # (a lone `file` or `line` field is the caller's, as a bound one)
+    if "file" not in ed or "line" not in ed or type(ed["file"]) is not str or type(ed["line"]) is not int:
         ed["file"], ed["line"] = caller_site(sys._getframe(2))  # this processor <- Logger method <- caller
-    if "ts" not in ed:  # _clock.now_us(), inlined: a call costs more than the rest of this line
+    if "ts" not in ed or type(ed["ts"]) is not int:  # _clock.now_us(), inlined: a call costs more than this line
         ed["ts"] = time.time_ns() // 1000 + (IDENTITY.rank * SKEW_PER_RANK_US if SKEW_PER_RANK_US else 0)
     ed["severity"] = SEVERITY[method]
     ident = IDENTITY

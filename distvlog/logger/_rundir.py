@@ -18,9 +18,10 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..format import meta_of_head
+
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_PID_IN_HEADER = re.compile(rb'"pid":(\d+)')
 
 
 def log_dir() -> Path:
@@ -110,12 +111,12 @@ def _written_by_an_ancestor(path: Path) -> bool:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
         try:
-            match = _PID_IN_HEADER.search(os.read(fd, 4096)) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+            meta = meta_of_head(os.read(fd, 4096)) if stat.S_ISREG(os.fstat(fd).st_mode) else None
         finally:
             os.close(fd)
     except OSError:
         return False
-    return match is not None and int(match.group(1)) in _ancestors()
+    return meta is not None and meta.get("pid") in _ancestors()
 
 
 def create_rank_file(root: Path, run_id: str, stem: str, suffix: str, pid: int) -> tuple[int, Path, str]:

@@ -12,7 +12,9 @@ import sys
 import threading
 from pathlib import Path
 
+from .. import format as _format
 from . import _env, _render, _rundir
+from ._clock import now_us
 from ._identity import IDENTITY
 
 
@@ -115,13 +117,13 @@ class RankFile:
         ident.refresh_pid()
         root = self.root or _rundir.log_dir()
         run_id = self.run_id or _rundir.default_run_id(ident.world_size)
-        stem = f"rank-{ident.rank}" + (f".{ident.pid}" if self._child else "")
+        stem = _format.rank_file_stem(ident.rank) + (f".{ident.pid}" if self._child else "")
         try:
             fd, path, rid = _rundir.create_rank_file(root, run_id, stem, self.renderer.suffix, ident.pid)
         except OSError as exc:
             self._log_to_stderr(exc.filename or root, exc.strerror or str(exc))
             return
-        meta = _render.make_meta(
+        meta = _format.make_meta(
             rank=ident.rank,
             world_size=ident.world_size,
             host=ident.host,
@@ -129,14 +131,13 @@ class RankFile:
             tid=threading.get_native_id(),
             run_id=rid,
             fmt=self.format,
+            created_us=now_us(),
         )
         meta.update(self._clock)
         header = self.renderer.header(meta)
         _write_all(fd, header)
         self._fd, self.path, self.run_id, self.root = fd, path, rid, root
-        self._clock_offsets = {
-            slot: header.index(f'"{slot}":"'.encode()) + len(slot) + 4 for slot in _render.CLOCK_SLOTS
-        }
+        self._clock_offsets = _format.clock_slot_offsets(header)
         _rundir.point_latest(root, rid)
         _echo(
             f"distvlog: rank {ident.rank} (pid {ident.pid}) logs to {path}\n".encode()
@@ -170,7 +171,7 @@ class RankFile:
 
     def set_clock(self, slot: str, offset_us: float, uncertainty_us: float, ts_us: int) -> None:
         """Record a measured clock offset to rank 0 in the header (in place: the slot has a fixed width)."""
-        text = _render.clock_slot(offset_us, uncertainty_us, ts_us)
+        text = _format.clock_slot(offset_us, uncertainty_us, ts_us)
         with self._lock:
             self._clock[slot] = text
             if self.file_open:

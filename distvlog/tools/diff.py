@@ -31,15 +31,12 @@ from typing import Any
 
 import orjson
 
-from .._json import dumps
+from .. import format as fmt
 from ..errors import InputError
 from ..wording import plural, ranks_text
 from .read import Warn, after_reading, ignore, open_sources, read_records, warner
 
-_WANTED = re.compile(
-    rb"\] \[rank \d+\] (?:grad_stats|allreduce (?:begin|end|param)) "  # glog text
-    rb'|"event":"(?:grad_stats|allreduce)'
-)  # JSON lines
+_WANTED = fmt.messages_pattern(fmt.GRAD_STATS, fmt.ALLREDUCE_BEGIN, fmt.ALLREDUCE_END, fmt.ALLREDUCE_PARAM)
 MAX_LISTED = 10
 _COUNTER = re.compile(r"\d+(?=GradNode$)")
 
@@ -119,7 +116,7 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
         if rec.severity in "EF":
             step = f.get("step")
             logs.errors[(step if isinstance(step, int) else None, error_text(rec.event))].append(rec.rank)
-        elif rec.event.startswith("grad_stats"):
+        elif rec.event.startswith(fmt.GRAD_STATS):
             if "step" in f:
                 step = _int(f["step"], -1)
             else:  # no DataParallel: number each rank's logged passes, as an unlogged backward takes a pass id too
@@ -145,9 +142,9 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
         elif "bucket" in f and "step" in f:
             key = (_int(f["step"]), _int(f["bucket"]))
             logs.last_step[rec.rank] = max(key[0], logs.last_step.get(rec.rank, key[0]))
-            if rec.event.startswith("allreduce begin"):
+            if rec.event.startswith(fmt.ALLREDUCE_BEGIN):
                 logs.begun[key].add(rec.rank)
-            elif rec.event.startswith("allreduce end"):
+            elif rec.event.startswith(fmt.ALLREDUCE_END):
                 logs.ended[key][rec.rank] = str(f.get("checksum"))
             elif "param" in f:
                 logs.params[key + (str(f["param"]),)][rec.rank] = str(f.get("checksum"))
@@ -643,7 +640,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--outlier-factor {args.outlier_factor}: must be a finite number greater than 1")
     report = analyse(load(args.paths, warner("diff")), args.outlier_factor)
     if args.json:
-        sys.stdout.write(dumps(report, orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(fmt.dumps(report, orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(render_text(report))
     return 1 if report["found"] else 0

@@ -183,7 +183,7 @@ def test_ctrl_c_to_a_job_names_where_it_found_each_rank_without_tracebacks(start
         log = (run_dir / f"rank-{rank}.log").read_text()
         record = re.search(
             rf"^W\S+ \S+ \d+ loop\.py:{line}\] \[rank {rank}\] KeyboardInterrupt arrived while the main "
-            r"thread was running Python, at \(most recent call last\):\n((?:  .*\n)*)",
+            r"thread was running Python, at \(most recent call last\): \+lines=\d+\n((?:  .*\n)*)",
             log,
             re.M,
         )

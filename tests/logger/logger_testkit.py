@@ -32,6 +32,7 @@ HEADER = (
     re.compile(r"^Log line format: \[IWEF\]mmdd hh:mm:ss\.uuuuuu threadid file:line\] msg$"),
 )
 META_PREFIX = "distvlog-meta "
+COUNT = re.compile(r" \+lines=([0-9]+)$")  # a multi-line record's count of its continuation lines
 # Variables that would make a test process think it is some launcher's rank, or change the logger's setup.
 _FOREIGN_ENV = ("DISTVLOG_", "GLOG_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_")
 _FOREIGN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -39,8 +40,8 @@ _FOREIGN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 @dataclass
 class Record:
-    """One glog record: the prefix's parts, the first line of the message (fields included) and the
-    continuation lines."""
+    """One glog record: the prefix's parts, the first line of the message (fields included, the count of
+    continuation lines not) and the continuation lines."""
 
     severity: str
     mmdd: str
@@ -68,7 +69,8 @@ class GlogFile:
 
 def read_glog(path: Path) -> GlogFile:
     """Parse a glog rank file strictly: glog's three header lines, the meta record, then records whose
-    continuation lines follow them; the file ends with a newline (no torn record)."""
+    continuation lines follow them, as many as each declares (`first` is without the count); the file ends
+    with a newline (no torn record)."""
     data = path.read_bytes()
     assert data.endswith(b"\n"), f"{path} ends inside a record: {data[-200:]!r}"
     lines = data.decode("utf-8").split("\n")[:-1]
@@ -97,6 +99,10 @@ def read_glog(path: Path) -> GlogFile:
         else:
             assert records, f"line {number} of {path} is outside any record: {line!r}"
             records[-1].more.append(line)
+    for rec in records:  # the count ends the first line exactly when continuation lines follow, and says how many
+        declared = COUNT.search(rec.first)
+        assert len(rec.more) == (int(declared.group(1)) if declared else 0), f"line {rec.lineno} of {path}: {rec}"
+        rec.first = rec.first[: declared.start()] if declared else rec.first
     assert records and records[0].first.startswith(META_PREFIX), f"{path} has no meta record"
     meta = json.loads(records[0].first[len(META_PREFIX) :])
     return GlogFile(lines[:3], meta, records[1:])

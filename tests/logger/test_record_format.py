@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from logger_testkit import GLOG_PREFIX, line_of, read_jsonl
 
-from distvlog.logger._render import CLOCK_SLOT_WIDTH, GlogRenderer, clock_slot, logfmt_value
+from distvlog.format import CLOCK_SLOT_WIDTH, VERSION, clock_slot, parse_json, value_text
+from distvlog.logger._render import GlogRenderer
 from distvlog.tools.read._record import from_json
 
 CALLSITES = """
@@ -107,20 +108,26 @@ def test_glog_line_severity_thread_and_callsite_of_every_method(scripts):
         (np.bool_(True), "True"),
         ([1, 2, 3], "[1,2,3]"),
         ((1, 2), "[1,2]"),
-        (["a b", 1], r'"[\"a b\",1]"'),
+        (["a b", 1], '["a b",1]'),
         (np.array([1.5, 2.0]), "[1.5,2.0]"),
-        ({"k": 1}, r'"{\"k\":1}"'),
+        ({"k": 1}, '{"k":1}'),
+        ("nan", '"nan"'),  # strings that would read back as another type are quoted
+        ("007", '"007"'),
+        ("True", '"True"'),
+        ("[1]", '"[1]"'),
+        ("NaN", "NaN"),  # (a number only in Python's own spelling)
     ],
 )
-def test_logfmt_values(value, text):
-    assert logfmt_value(value) == text
+def test_field_values(value, text):
+    """A field's VALUE in glog text, by type (distvlog.format, 2.5)."""
+    assert value_text(value) == text
 
 
 @given(st.text())
-def test_logfmt_text_stays_one_pair(text):
-    """Whatever the string, its value is one token on one line, or a JSON string that decodes to it."""
-    rendered = logfmt_value(text)
-    assert "\n" not in rendered
+def test_a_string_value_is_one_printable_token_or_a_json_string(text):
+    """Whatever the string, its value is one bare token on one line, or a JSON string that decodes to it."""
+    rendered = value_text(text)
+    assert rendered.isprintable()
     if rendered != text:
         assert json.loads(rendered) == text
     else:
@@ -152,7 +159,7 @@ def test_fields_follow_the_message_in_call_order():
 def test_multiline_message_keeps_continuation_lines_and_fields_on_the_first():
     text = _render("grad summary\n  layer1: ok\n\n  layer2 = bad", step=1, v=4)
     first, *more = text.split("\n")
-    assert GLOG_PREFIX.match(first) and first.endswith("] [rank 3] grad summary step=1 v=4")
+    assert GLOG_PREFIX.match(first) and first.endswith("] [rank 3] grad summary step=1 v=4 +lines=3")
     assert more == ["  layer1: ok", "", "  layer2 = bad", ""]
 
 
@@ -209,7 +216,8 @@ def test_json_lines_spell_nan_and_inf(scripts):
         "dlog.get_logger().info('stats', norm=float('nan'), max=np.float32('inf'), min=-np.inf, mean=0.5, none=None,\n"
         "                       losses=[0.5, float('nan')], hist=np.array([[1, -np.inf]]), per={'a': (np.inf,)})\n"
     )
-    _, records = read_jsonl(scripts.run(code, env={"DISTVLOG_FORMAT": "jsonl"}).only_file())
+    path = scripts.run(code, env={"DISTVLOG_FORMAT": "jsonl"}).only_file()
+    _, records = read_jsonl(path)
     fields = {k: records[0][k] for k in ("norm", "max", "min", "mean", "none", "losses", "hist", "per")}
     assert fields == {
         "norm": "NaN",
@@ -221,7 +229,7 @@ def test_json_lines_spell_nan_and_inf(scripts):
         "hist": [[1.0, "-Infinity"]],
         "per": {"a": ["Infinity"]},
     }  # at any depth
-    back = from_json(records[0], 0, 0).fields
+    back = from_json(parse_json(path.read_bytes().split(b"\n")[1]), 0, 0).fields
     assert math.isnan(back["norm"]) and (back["max"], back["min"], back["none"]) == (math.inf, -math.inf, None)
 
 
@@ -235,9 +243,10 @@ def test_glog_text_of_the_same_records(scripts):
 
 
 def test_glog_fields_with_lists_and_dicts(scripts):
-    """Containers are JSON in the text too: NaN spelled out inside them, and a dict with int keys is fine."""
+    """Containers are JSON in the text too, as they are (they read back as lists and dicts): NaN spelled out
+    inside them, and a dict with int keys is fine."""
     code = "import distvlog.logger as dlog\ndlog.get_logger().info('losses', losses=[0.5, float('nan')], by={1: 2.0})\n"
-    assert scripts.run(code).records()[0].text == r'losses losses="[0.5,\"NaN\"]" by="{\"1\":2.0}"'
+    assert scripts.run(code).records()[0].text == 'losses losses=[0.5,"NaN"] by={"1":2.0}'
 
 
 HEADER = """
@@ -261,7 +270,7 @@ def test_header_lines_and_meta_record(scripts):
     assert glog.header[1] == f"Running on machine: {socket.gethostname()}"
     assert glog.meta["created"].startswith(time.strftime("%Y-%m-%dT%H:%M:%S", local))
     assert {k: glog.meta[k] for k in ("distvlog", "format", "rank", "world_size", "host", "pid", "run_id")} == {
-        "distvlog": 1,
+        "distvlog": VERSION,
         "format": "glog",
         "rank": 1,
         "world_size": 4,

@@ -219,7 +219,7 @@ def test_a_killed_ranks_last_whole_record_is_merged(tmp_path, cli):
     (tmp_path / "rank-1.log").write_text(text + f"I{stamp(T0 + 3)} 101 t.py:1] [rank 1] record d, cut sh")
     code, out, err = cli("merge", tmp_path)
     assert code == 0 and re.findall(r"\] (record .*)", out) == ["record a", "record b", "record c"]
-    assert "(1 truncated last line)" in err
+    assert "(1 in torn records)" in err and "rank-1.log: 1 torn record (cut short by a crash or a kill)" in err
 
 
 @settings(max_examples=25, deadline=None)

@@ -160,32 +160,37 @@ def test_a_forked_child_file_takes_its_parents_clock(tmp_path):
     assert got == {"parent": T0 + 500, "child": T0 + 500}
 
 
-def test_garbage_and_a_line_cut_short_are_counted_not_lost(tmp_path):
+def test_padding_stray_lines_and_a_line_cut_short_are_counted_not_lost(tmp_path):
+    """Padding (NUL bytes) is no line; whole lines after it that start no record are stray; a last line
+    without its newline is a torn record (format, section 5). Every line is counted once."""
     text = ours(0, [(T0, "I first\ncontinued"), (T0 + 1, "I second"), (T0 + 2, "I cut short")])
-    text = text.replace("continued", "continued\n\0\0\0garbage\nstill first") + "partial line without newline"
+    text = text.replace("continued\n", "continued\n\0\0\0garbage\nstray\n") + "partial line without newline"
     (tmp_path / "rank-0.log").write_text(text)
     sources = open_sources([str(tmp_path / "rank-0.log")])
     got = [r.event for r in read_records(sources)][1:]
-    assert got == ["first\ncontinued\nstill first", "second", "cut short"]  # its first line is whole: kept
+    assert got == ["first\ncontinued", "second", "cut short"]
     counts = sources[0].counts
-    assert counts.skipped == {"binary garbage": 1, "truncated last line": 1} and counts.header == 3
+    assert counts.skipped == {"not part of a record": 2, "in torn records": 1} and counts.header == 3
+    assert counts.torn == 1
     assert counts.lines + counts.header + sum(counts.skipped.values()) == text.count("\n") + 1
 
 
-def test_a_file_cut_anywhere_keeps_every_record_whose_first_line_is_whole(tmp_path, glog_run):
-    """A killed rank's file: records before the cut are whole, the record cut inside its first line is left
-    out, one cut inside a later line keeps its lines before the cut."""
+@pytest.mark.parametrize("padding", [0, 3000])
+def test_a_file_cut_anywhere_keeps_exactly_its_whole_records(tmp_path, glog_run, padding):
+    """A killed rank's file, cut at any byte (also at a line's end inside a multi-line record), and then
+    maybe padded with NUL bytes as a crashed writer's reserved space would be: the records before the cut
+    are read, the one it cuts is counted as torn, never read as whole."""
     data = (glog_run / "rank-1.log").read_bytes()
     full = records([glog_run / "rank-1.log"])
-    first_line_end = [m.end() for m in re.finditer(rb"^[IWEF]\d{4} .*\n", data, re.M)]
-    assert len(first_line_end) == len(full)
-    for cut in range(len(data) - 600, len(data), 5):
-        (tmp_path / "rank-1.log").write_bytes(data[:cut])
-        got = records([tmp_path / "rank-1.log"])
-        kept = [r for r, end in zip(full, first_line_end) if end <= cut]
-        assert [(r.ts, r.event.split("\n")[0]) for r in got] == [(r.ts, r.event.split("\n")[0]) for r in kept]
-        assert [r.event for r in got[:-1]] == [r.event for r in kept[:-1]]
-        assert kept[-1].event.startswith(got[-1].event)
+    ends = [m.start() for m in re.finditer(rb"^[IWEF]\d{4} ", data, re.M)][1:] + [len(data)]
+    assert len(ends) == len(full)
+    for cut in range(len(data) - 700, len(data) + 1, 3):
+        (tmp_path / "rank-1.log").write_bytes(data[:cut] + b"\0" * padding)
+        sources = open_sources([str(tmp_path / "rank-1.log")])
+        got = list(read_records(sources))
+        kept = [r for r, end in zip(full, ends) if end <= cut]
+        assert [(r.ts, r.event, r.fields) for r in got] == [(r.ts, r.event, r.fields) for r in kept]
+        assert sources[0].counts.torn == (cut not in ends)
 
 
 @pytest.mark.parametrize("cut", [20, 100, 300, 400])  # in glog's header lines, then in the distvlog-meta line
@@ -194,7 +199,9 @@ def test_a_file_cut_short_inside_its_header_has_no_records_and_no_crash(tmp_path
     (tmp_path / "rank-1.log").write_bytes(data)
     sources = open_sources([str(tmp_path)])
     assert list(read_records(sources)) == []
-    assert sources[0].counts.header == data.count(b"\n") and sources[0].counts.skipped == {"truncated last line": 1}
+    counts = sources[0].counts  # the header's whole lines, and the one cut: a header line's or the meta record's
+    assert counts.header == data.count(b"\n") and sum(counts.skipped.values()) == 1
+    assert counts.torn == (counts.skipped == {"in torn records": 1})
 
 
 def test_foreign_files_without_a_record_in_a_block_or_a_newline_at_the_end(tmp_path, monkeypatch):
@@ -208,7 +215,7 @@ def test_foreign_files_without_a_record_in_a_block_or_a_newline_at_the_end(tmp_p
     assert [(r.rank, r.event) for r in read_records(sources)] == [(0, "after the prelude")]
     assert [dict(s.counts.skipped) for s in sources] == [
         {"not part of a record (before the first one)": 20},
-        {"truncated last line": 1},
+        {"in torn records": 1},
     ]
 
 

@@ -7,6 +7,8 @@ from collections import defaultdict
 
 from tools_logfiles import T0, ours
 
+from distvlog.format import FINISH_AD_API, banner
+
 PHASES = {"X", "i", "M"}
 
 
@@ -22,7 +24,7 @@ def engine_log(rank: int, crash: bool = False, world: int = 1) -> str:
             f"I grad_stats node={node} slot=x tensor=x@Grad shape=2x3 dtype=float32 norm=1.5 min=-1 max=inf "
             "mean=nan nan=0 inf=1 checksum=0a0b0c0d step=7 v=5",
         ),
-        (T0 + 30, f"I  node={node} pass=1 v=3\n=====Finish_AD_API_GRAD: multiply_grad====="),
+        (T0 + 30, f"I {banner(FINISH_AD_API, 'multiply_grad')} node={node} pass=1 v=3"),
         (T0 + 40, "W grad norm is large step=7 norm=nan"),
         (T0 + 50, "I backward end pass=1 v=3"),
         (T0 + 60, "I allreduce end step=7 bucket=0 v=1"),

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from distvlog.format import VERSION
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 T0 = 1_796_004_674_000_000  # 2026-11-30 02:11:14 UTC, in µs
@@ -77,11 +79,13 @@ def ours(
     host: str = "node",
     pid: int | None = None,
     run_id: str = "synthetic",
+    version: int = VERSION,
 ) -> str:
-    """A rank file in our glog format; records are (epoch µs on this rank's clock, 'S message')."""
+    """A rank file in our glog format; records are (epoch µs on this rank's clock, 'S message'), the message
+    with its fields as written; a multi-line one declares its continuation lines (`+lines`) from version 2."""
     created = records[0][0] if records else T0
     meta = {
-        "distvlog": 1,
+        "distvlog": version,
         "format": "glog",
         "rank": rank,
         "world_size": world,
@@ -103,5 +107,7 @@ def ours(
     ]
     for ts, text in records:
         sev, _, message = text.partition(" ")
-        lines.append(f"{sev}{stamp(ts)} {100 + rank} t.py:1] [rank {rank}] {message}")
+        first, *more = message.split("\n")
+        count = f" +lines={len(more)}" if more and version >= 2 else ""
+        lines.append("\n".join([f"{sev}{stamp(ts)} {100 + rank} t.py:1] [rank {rank}] {first}{count}", *more]))
     return "\n".join(lines) + "\n"

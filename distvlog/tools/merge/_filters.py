@@ -14,15 +14,17 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ... import format as fmt
 from ...errors import InputError
 from ..read import Block, Record
 
 LEVEL = np.zeros(256, np.int8)
-for _i, _c in enumerate("IWEF"):
+for _i, _c in enumerate(fmt.SEVERITIES):
     LEVEL[ord(_c)] = _i
-_PADDLE_NODE = re.compile(r"(\w+GradNode)\(0x")  # Paddle's own "multiply1GradNode(0x..) begin run"
-_NODE_HINT = re.compile(rb"node=|GradNode\(")
-_V_HINT = re.compile(rb" v=\d")
+# Records worth decoding for --node (a node field, or Paddle's own label: "multiply1GradNode(0x..) begin run")
+# and for --min-v/--max-v (a v field).
+_NODE_HINT = fmt.texts_pattern(fmt.field_text(fmt.NODE), "(0x")
+_V_HINT = fmt.texts_pattern(fmt.field_text(fmt.V))
 _TIME_FORMATS = (
     "%Y-%m-%d %H:%M:%S.%f",
     "%Y-%m-%d %H:%M:%S",
@@ -41,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--min-severity",
         metavar="S",
         type=str.upper,
-        choices=list("IWEF"),
+        choices=list(fmt.SEVERITIES),
         help="only records of at least this severity (I, W, E, F)",
     )
     parser.add_argument("--min-v", metavar="N", type=int, help="only VLOG records of level N or more")
@@ -64,9 +66,9 @@ def parse_ranks(text: str) -> np.ndarray:
 
 def _parse_time(option: str, text: str) -> tuple[str, _dt.datetime]:
     for kind, formats in (("full", _TIME_FORMATS), ("day", _DAY_FORMATS), ("tod", _TOD_FORMATS)):
-        for fmt in formats:
+        for time_format in formats:
             try:
-                return kind, _dt.datetime.strptime(text.strip().replace("T", " "), fmt)
+                return kind, _dt.datetime.strptime(text.strip().replace("T", " "), time_format)
             except ValueError:
                 continue
     raise InputError(f"{option} {text!r}: expected HH:MM[:SS[.ffffff]], MMDD HH:MM:SS or YYYY-MM-DD HH:MM:SS")
@@ -93,7 +95,7 @@ class Select:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.ranks = parse_ranks(args.ranks) if args.ranks else None
-        self.min_level = "IWEF".index(args.min_severity) if args.min_severity else 0
+        self.min_level = fmt.SEVERITIES.index(args.min_severity) if args.min_severity else 0
         self.min_v, self.max_v = args.min_v, args.max_v
         try:
             self.grep = re.compile(args.grep.encode()) if args.grep else None
@@ -146,10 +148,9 @@ class Select:
         return out
 
     def _node_ok(self, record: Record) -> bool:
-        node = record.fields.get("node")
+        node = record.fields.get(fmt.NODE)
         if node is None:
-            found = _PADDLE_NODE.search(record.event.partition("\n")[0])
-            node = found.group(1) if found else None
+            node = fmt.node_label_in(record.event.partition("\n")[0])
         return node is not None and self.node.match(str(node)) is not None
 
     def _v_ok(self, v: int) -> bool:

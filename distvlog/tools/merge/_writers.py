@@ -13,11 +13,10 @@ import threading
 
 import numpy as np
 
-from ..._json import json_line
-from ..read import MERGED_MARK, processes_line, take
+from ... import format as fmt
+from ..read import take
 from ._kway import Batch
 
-_HEADER_FORMAT = "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"
 # Written in pieces of this size: the kernel copies a multi-MB write() into the page cache at a fraction
 # of the speed (measured: 4 MB writes often cost 3x the system time of 256 KB ones for the same bytes).
 WRITE_BYTES = 256 << 10
@@ -29,15 +28,8 @@ def text_header(
     local = _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=(first_ts or 0) + utc_offset_s * 10**6)
     sign, off = ("+" if utc_offset_s >= 0 else "-"), abs(utc_offset_s) // 60
     clock = "clocks corrected to rank 0" if corrected else "no clock correction"
-    return (
-        (
-            f"Log file created at: {local:%Y/%m/%d %H:%M:%S}\n"
-            f"Running on machine: {','.join(hosts) or 'unknown'}\n"
-            f"{MERGED_MARK} {files} file{'s' * (files != 1)}, {clock}, times in UTC{sign}{off // 60:02d}:{off % 60:02d}\n"
-        ).encode()
-        + processes_line(metas)
-        + _HEADER_FORMAT.encode()
-    )
+    what = f"{files} file{'s' * (files != 1)}, {clock}, times in UTC{sign}{off // 60:02d}:{off % 60:02d}"
+    return fmt.merged_header(f"{local:%Y/%m/%d %H:%M:%S}", hosts, what, metas)
 
 
 def batch_text(batch: Batch) -> memoryview:
@@ -108,5 +100,5 @@ class JsonWriter(Writer):
         for which, i in zip(batch.which.tolist(), batch.index.tolist()):
             block = batch.blocks[which]
             world = (block.source.meta or {}).get("world_size")
-            out.append(json_line(block.record(i).as_json(world)))
+            out.append(fmt.json_record(block.record(i).as_json(world)))
         return b"".join(out)

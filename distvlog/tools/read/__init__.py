@@ -17,7 +17,6 @@ from __future__ import annotations
 from ._arena import Arena, Slot
 from ._block import Block, Counts
 from ._bytes import restamp, take
-from ._header import MERGED_MARK, processes_line
 from ._notes import Warn, after_reading, ignore, skipped_text, total, warner
 from ._record import Record
 from ._source import Source, add_input_arguments, open_inputs, open_sources, read_records
@@ -26,7 +25,6 @@ __all__ = [
     "Arena",
     "Block",
     "Counts",
-    "MERGED_MARK",
     "Record",
     "Slot",
     "Source",
@@ -36,7 +34,6 @@ __all__ = [
     "ignore",
     "open_inputs",
     "open_sources",
-    "processes_line",
     "read_records",
     "restamp",
     "skipped_text",

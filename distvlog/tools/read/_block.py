@@ -23,18 +23,21 @@ if TYPE_CHECKING:
 
 @dataclass
 class Counts:
-    """What became of a file's lines: records (per rank), header lines, and lines skipped, by reason."""
+    """What became of a file's lines: records (per rank), header lines, lines skipped by reason, and how many
+    records were torn."""
 
     records: Counter = field(default_factory=Counter)
     lines: int = 0  # lines inside those records
     header: int = 0
     skipped: Counter = field(default_factory=Counter)
+    torn: int = 0  # records cut by a crash (their lines are among the skipped)
 
     def add(self, other: Counts) -> None:
         self.records.update(other.records)
         self.lines += other.lines
         self.header += other.header
         self.skipped.update(other.skipped)
+        self.torn += other.torn
 
 
 @dataclass(eq=False)

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._scan import spans
+from ._scan import HOUR, MICROS, MINUTE, MONTH, SECOND, STAMP, spans
 
 _DAY_US = 86_400_000_000
-_STAMP = np.frombuffer(b"mmdd hh:mm:ss.uuuuuu", np.uint8)  # what follows the severity letter
+_STAMP = np.frombuffer(STAMP.encode(), np.uint8)  # what follows the severity letter (its separators)
 _PAIRS = np.frombuffer(b"".join(b"%02d" % i for i in range(100)), "<u2")  # 0..99 as two ASCII digits
 
 
@@ -62,7 +62,7 @@ def restamp(data: np.ndarray, starts: np.ndarray, local_us: np.ndarray) -> None:
     tod = local_us - day * _DAY_US
     firsts = np.concatenate(([0], np.flatnonzero(day[1:] != day[:-1]) + 1))
     mmdd = np.frombuffer(b"".join(_day_text(d) for d in day[firsts].tolist()), "<u4")
-    _column(stamps, 0, "<u4")[:] = np.repeat(mmdd, np.diff(np.append(firsts, len(day))))
+    _column(stamps, MONTH, "<u4")[:] = np.repeat(mmdd, np.diff(np.append(firsts, len(day))))
     sec = tod // 1_000_000
     micro = (tod - sec * 1_000_000).astype(np.int32)
     sec = sec.astype(np.int32)
@@ -70,12 +70,12 @@ def restamp(data: np.ndarray, starts: np.ndarray, local_us: np.ndarray) -> None:
     minute = (sec - hour * 3600) // 60
     second = sec - hour * 3600 - minute * 60
     for col, pair in (
-        (5, hour),
-        (8, minute),
-        (11, second),
-        (14, micro // 10_000),
-        (16, micro // 100 % 100),
-        (18, micro % 100),
+        (HOUR, hour),
+        (MINUTE, minute),
+        (SECOND, second),
+        (MICROS, micro // 10_000),
+        (MICROS + 2, micro // 100 % 100),
+        (MICROS + 4, micro % 100),
     ):
         _column(stamps, col, "<u2")[:] = _PAIRS[pair]
     spans(data, len(_STAMP), 1)[starts] = stamps.view(f"V{len(_STAMP)}")[:, 0]

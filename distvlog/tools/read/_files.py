@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ... import format as fmt
 from ...errors import InputError
 
-_RANK_FILE = re.compile(r"^rank-(\d+)(?:\.(\d+))?\.(?:log|jsonl)(?:\.gz)?$")
+_RANK_FILE = re.compile(rf"^{fmt.RANK_FILE_NAME.pattern}(?:\.gz)?$")
 
 
 class BadFile(InputError):

@@ -1,4 +1,4 @@
-"""Glog records written by other programs, rewritten into our form: `Lmmdd hh:mm:ss.uuuuuu tid file:line] [rank R] msg`.
+"""Glog records written by other programs, rewritten into our form (distvlog.format: prefix, `[rank R]` tag).
 
 Other writers differ in three ways: glog 0.7 puts the year in the prefix, c10d wraps the prefix in `[`,
 and nobody writes our `[rank R]` tag. The rank of a record is its `[rank R]` tag, else `--rank-of`, else a
@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import format as fmt
 from ._bytes import take
 from ._scan import Variant, windows
 
 NCCL_RANK = re.compile(rb"\[(?:[^\]\n]* )?Rank (\d+)\]")
-_TAG = np.frombuffer(b"[rank ", np.uint8)
+_TAG = np.frombuffer(fmt.RANK_TAG_OPEN.encode(), np.uint8)
+_TAG_END = ord(fmt.RANK_TAG_CLOSE[0])
 
 
 @dataclass
@@ -41,11 +43,11 @@ def bracket_after_prefix(
 
 def layout(data: np.ndarray, starts: np.ndarray, insert_at: np.ndarray, line_end: np.ndarray) -> Layout:
     rows = windows(data, insert_at)
-    tagged = (rows[:, :6] == _TAG).all(axis=1)
-    digits = rows[:, 6:] - 48
+    tagged = (rows[:, : len(_TAG)] == _TAG).all(axis=1)
+    digits = rows[:, len(_TAG) :] - 48
     is_digit = (digits >= 0) & (digits <= 9)
     length = np.argmin(is_digit, axis=1)  # digits before the first non-digit
-    tagged &= (length > 0) & (length < 10) & (rows[np.arange(len(rows)), 6 + length] == ord("]"))
+    tagged &= (length > 0) & (length < 10) & (rows[np.arange(len(rows)), len(_TAG) + length] == _TAG_END)
     value = np.zeros(len(rows), np.int64)
     for i in range(9):
         value = np.where(i < length, value * 10 + digits[:, i], value)
@@ -74,8 +76,9 @@ def normalise(
     data_cuts = np.concatenate(([0], cuts, [len(data)]))
     need_tag = lay.tag_rank < 0
     uniq, which = np.unique(np.where(need_tag, ranks, -1), return_inverse=True)
-    tags = b"".join(b"" if r < 0 else b"[rank %d] " % r for r in uniq.tolist())
-    tag_lens = [0 if r < 0 else len(b"[rank %d] " % r) for r in uniq.tolist()]
+    tag_texts = [b"" if r < 0 else fmt.rank_tag(r).encode() for r in uniq.tolist()]
+    tags = b"".join(tag_texts)
+    tag_lens = [len(t) for t in tag_texts]
     tag_cuts = np.concatenate(([0], np.cumsum(tag_lens)))
     base = 1 + 6 * np.arange(len(starts))
     tag_elem = len(data_cuts) - 1 + which

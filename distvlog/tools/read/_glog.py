@@ -1,12 +1,10 @@
 """Turning a chunk of glog text into a block: whole records, their timestamps and ranks, every line counted.
 
-A chunk ends mid-record; the last record is left for the next chunk (`carry`) unless the file ended.
-Lines with NUL bytes are binary garbage and dropped; lines before the first record are the header (or
-skipped). A file ending without a newline (a killed rank's, one still being written) ends in a line cut
-short: that line is skipped and counted, and every record before it is kept. So a record whose first
-line is whole keeps its whole lines (what a killed rank was doing is what the user is looking for), while
-a record whose first line is cut short is not kept: its message and fields may be cut (`norm=1` of
-`norm=1000`), and its text is still there in the file.
+A chunk ends mid-record; the last record is left for the next chunk (`carry`) unless the file ended. Lines
+before the first record are the header (or skipped). Whole and torn records are told apart as the format
+specifies (distvlog.format, section 5): padding (NUL runs) is taken out first, leaving a mark where it cut a
+line or stood between lines; a chunk without damage and whose records have the lines they declare takes
+the vectorised path, any other the exact one, line by line (crashed files only: it is rare and short).
 """
 
 from __future__ import annotations
@@ -15,10 +13,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import format as fmt
 from . import _foreign
 from ._block import Counts
-from ._header import Clock, is_header_line
-from ._scan import Calendar, Variant, line_starts, parse_prefix, windows
+from ._header import Clock
+from ._scan import PAD, Calendar, Variant, line_starts, parse_prefix, spans, windows
+
+NEWLINE, NUL = 10, 0
+# A padding run becomes "\0\n": after a line's text, that line is cut; at a line's start, a mark line (a
+# boundary: no record continues across it). The marks are idempotent, so a chunk carried over is re-marked.
+MARK = b"\0\n"
+_COUNT = np.frombuffer(fmt.COUNT_TEXT.encode(), np.uint8)
+_COUNT_DIGITS = 10
+_COUNT_WINDOW = len(_COUNT) + _COUNT_DIGITS
+TORN = "in torn records"
+STRAY = "not part of a record"
+CUT_BEFORE = "cut short before the first record"
 
 
 @dataclass
@@ -47,6 +57,57 @@ class RankRule:
     default: int | None
 
 
+def mark_padding(data: np.ndarray, n: int, eof: bool) -> tuple[np.ndarray, int, bool]:
+    """data[:n] with its NUL runs replaced by marks, and at the end of the file a last line without "\\n"
+    marked cut: (buffer, length, whether anything was marked). A new buffer (with PAD spare bytes) only
+    when there is something to mark."""
+    view = data[:n]
+    cut_at_end = eof and n > 0 and view[n - 1] != NEWLINE
+    if not cut_at_end and (n == 0 or view.min() != NUL):
+        return data, n, False
+    zero = np.flatnonzero(view == NUL)
+    pieces: list[bytes] = []
+    pos = 0
+    if len(zero):
+        breaks = np.flatnonzero(np.diff(zero) > 1)
+        run_starts = zero[np.concatenate(([0], breaks + 1))].tolist()
+        run_ends = (zero[np.concatenate((breaks, [len(zero) - 1]))] + 1).tolist()
+        for start, end in zip(run_starts, run_ends):
+            pieces.append(view[pos:start].tobytes())
+            if end == n and not eof:  # the run may go on in the next chunk: decided there
+                pieces.append(MARK[:1])
+            else:  # (a newline right after the run ends the mark)
+                pieces.append(MARK[:1] if end < n and view[end] == NEWLINE else MARK)
+            pos = end
+    pieces.append(view[pos:n].tobytes())
+    text = b"".join(pieces)
+    if eof and text and not text.endswith(b"\n"):
+        text += MARK
+    out = np.empty(len(text) + PAD, np.uint8)
+    out[: len(text)] = np.frombuffer(text, np.uint8)
+    return out, len(text), True
+
+
+def declared_counts(data: np.ndarray, line_ends: np.ndarray) -> np.ndarray:
+    """The continuation lines each line declares at its end (` +lines=N`), 0 where it declares none.
+    `line_ends`: where each line's "\\n" is; the lines are record starts (longer than the window)."""
+    if not len(line_ends):
+        return np.zeros(0, np.int64)
+    rows = spans(data, _COUNT_WINDOW)[np.maximum(line_ends - _COUNT_WINDOW, 0)].view(np.uint8)
+    rows = rows.reshape(len(line_ends), _COUNT_WINDOW)
+    digit = rows - np.uint8(48)
+    is_digit = digit <= 9
+    k = np.argmin(is_digit[:, ::-1], axis=1)  # trailing digits (0 when all are: no room for the name)
+    at = _COUNT_WINDOW - k - len(_COUNT)
+    r = np.arange(len(rows))[:, None]
+    named = (rows[r, at[:, None] + np.arange(len(_COUNT))] == _COUNT).all(axis=1) & (k > 0)
+    value = np.zeros(len(rows), np.int64)
+    for j in range(_COUNT_DIGITS):
+        col = np.minimum(_COUNT_WINDOW - k + j, _COUNT_WINDOW - 1)
+        value = np.where(j < k, value * 10 + digit[np.arange(len(rows)), col], value)
+    return np.where(named, value, 0)
+
+
 class GlogParser:
     def __init__(
         self,
@@ -65,33 +126,36 @@ class GlogParser:
 
     def parse(self, data: np.ndarray, n: int, eof: bool) -> Parsed:
         counts = Counts()
+        data, n, marked = mark_padding(data, n, eof)
         starts, complete = line_starts(data, n)
-        if complete and data[:complete].min() == 0:
-            n = _drop_garbage(data, n, starts, counts)
-            starts, complete = line_starts(data, n)
         ok, stamps = parse_prefix(windows(data, starts), self.variant)
         newlines = insert_at = None
         if self.ranks is not None:
-            newlines = np.flatnonzero(data[:n] == 10)
+            newlines = np.flatnonzero(data[:n] == NEWLINE)
             good, insert_at = _foreign.bracket_after_prefix(data, n, starts, self.variant, newlines)
             ok &= good
+        ends = np.append(starts[1:], complete)  # after each line's "\n"
         rec = np.flatnonzero(ok)
         first = int(rec[0]) if len(rec) else len(starts)
         for i in range(first):  # before the first record: the header, else lines we cannot place
-            line = data[starts[i] : starts[i + 1] if i + 1 < len(starts) else complete].tobytes()
-            if is_header_line(line):
+            line = data[starts[i] : ends[i]].tobytes()
+            if line.endswith(MARK):  # padding or a cut: a mark, or a line cut short
+                if line != MARK:
+                    counts.skipped[CUT_BEFORE] += 1
+            elif fmt.is_header_line(line):
                 counts.header += 1
             else:
-                counts.skipped["not part of a record (before the first one)"] += 1
-        line_of_end = np.append(rec[1:], len(starts))[: len(rec)]  # none when no line starts a record
-        bounds = np.append(starts, complete)
-        carry_from = n if eof else (int(starts[rec[-1]]) if len(rec) else complete)
+                counts.skipped[STRAY + " (before the first one)"] += 1
+        carry_from = complete if eof else (int(starts[rec[-1]]) if len(rec) else complete)
         if not eof and len(rec):
-            rec, line_of_end = rec[:-1], line_of_end[:-1]
-        elif eof and complete < n:  # no newline at the end: the last line was cut short (see above)
-            counts.skipped["binary garbage" if data[complete:n].min() == 0 else "truncated last line"] += 1
-        rs, re_ = starts[rec], bounds[line_of_end]
-        counts.lines += int((line_of_end - rec).sum())
+            rec = rec[:-1]  # the last record may go on in the next chunk
+        upto = int(np.searchsorted(starts, carry_from))  # lines of this chunk's records
+        kept = self._regular(data, rec, ends, upto, eof) if not marked else None
+        if kept is None:
+            kept = _exact(data, starts, ends, ok, rec, upto, counts)
+        rec, last_line = kept
+        rs, re_ = starts[rec], ends[last_line - 1] if len(rec) else starts[rec]
+        counts.lines += int((last_line - rec).sum())
         local = self.calendar.local_us(stamps.select(rec))
         ts = self.clock.correct(local - self.utc_offset_us)
         severity = stamps.severity[rec]
@@ -107,6 +171,22 @@ class GlogParser:
         uniq, per = np.unique(rank, return_counts=True)
         counts.records.update(dict(zip(uniq.tolist(), per.tolist())))
         return Parsed(out, rs, re_, ts, rank, severity, data[carry_from:n].copy(), counts)
+
+    @staticmethod
+    def _regular(
+        data: np.ndarray, rec: np.ndarray, ends: np.ndarray, upto: int, eof: bool
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(records, the line after each one's last) when every record has what it declares (no padding,
+        no cut line; a count only where lines follow, and then exactly those), else None."""
+        last_line = np.append(rec[1:], upto)[: len(rec)]
+        check = (last_line - rec) > 1
+        if eof and len(rec):
+            check[-1] = True  # the end of the file may cut a record at a line's end
+        at = np.flatnonzero(check)
+        declared = declared_counts(data, ends[rec[at]] - 1)
+        if ((declared > 0) & (declared != last_line[at] - rec[at] - 1)).any():
+            return None
+        return rec, last_line
 
     def needs_restamp(self) -> bool:
         return self.display_offset_us is not None and (
@@ -126,16 +206,56 @@ class GlogParser:
         return rank
 
 
-def _drop_garbage(data: np.ndarray, n: int, starts: np.ndarray, counts: Counts) -> int:
-    """Remove the complete lines holding NUL bytes (in place); returns the new length."""
-    _, complete = line_starts(data, n)
-    zeros = np.flatnonzero(data[:complete] == 0)
-    bad = np.unique(np.searchsorted(starts, zeros, "right") - 1)
-    ends = np.append(starts[1:], complete)
-    keep = np.ones(n, bool)
-    for i in bad.tolist():
-        keep[starts[i] : ends[i]] = False
-    counts.skipped["binary garbage"] += len(bad)
-    kept = data[:n][keep]
-    data[: len(kept)] = kept
-    return len(kept)
+def _exact(
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    ok: np.ndarray,
+    rec: np.ndarray,
+    upto: int,
+    counts: Counts,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Section 5 of the format, line by line, over the lines from the first record to `upto`: the whole
+    records (first line, the line after the last), the torn ones and stray lines counted."""
+    kept_first: list[int] = []
+    kept_end: list[int] = []
+    i = int(rec[0]) if len(rec) else upto
+    starts_l, ends_l, ok_l = starts.tolist(), ends.tolist(), ok.tolist()
+
+    def kind(j: int) -> str:  # "mark", "cut" or "whole"
+        line = data[starts_l[j] : ends_l[j]]
+        if len(line) < 2 or line[-2] != NUL:
+            return "whole"
+        return "mark" if len(line) == 2 else "cut"
+
+    while i < upto:
+        what = kind(i)
+        if what == "mark":
+            i += 1
+            continue
+        if not ok_l[i]:
+            if what == "cut":  # a record whose start was cut
+                counts.torn += 1
+                counts.skipped[TORN] += 1
+            else:
+                counts.skipped[STRAY] += 1
+            i += 1
+            continue
+        declared = 0 if what == "cut" else fmt.declared_count(data[starts_l[i] : ends_l[i] - 1].tobytes())
+        j, torn = i + 1, what == "cut"
+        while not torn and j < upto and not ok_l[j] and (declared == 0 or j - i - 1 < declared):
+            kind_j = kind(j)
+            if kind_j == "mark" or (kind_j == "cut" and not declared):
+                break  # (a cut line after a record without a count is a torn record of its own)
+            torn = kind_j == "cut"
+            j += 1
+        if declared and j - i - 1 < declared:
+            torn = True
+        if torn:
+            counts.torn += 1
+            counts.skipped[TORN] += j - i
+        else:
+            kept_first.append(i)
+            kept_end.append(j)
+        i = j
+    return np.array(kept_first, np.int64), np.array(kept_end, np.int64)

@@ -1,23 +1,25 @@
 """Turning a chunk of JSON lines into a block: one object per line, also rendered as our glog text.
 
-JSON lines are decoded one by one (orjson); they are the slower input, and the glog text is what the merge
-writes, greps and filters. Lines that are not JSON objects with an integer `ts` are skipped and counted.
+JSON lines are decoded one by one (orjson, through the format's JSON mapping); they are the slower input,
+and the glog text is what the merge writes, greps and filters. Padding (NUL runs) is skipped and cuts the
+line before it; a line that is cut (by padding or the end of the file) is a torn record, any other line
+that is not a JSON object with an integer `ts` is skipped and counted (distvlog.format, sections 3 and 5).
 """
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
-from ...logger._render import logfmt_value
+from ... import format as fmt
 from ._block import Counts
-from ._record import CORE, META_EVENT
+from ._glog import STRAY, TORN
 
-_PLACEHOLDER = "0" * 20  # the timestamp, written afterwards by _bytes.restamp
+_PLACEHOLDER = "0" * len(fmt.STAMP)  # the timestamp, written afterwards by _bytes.restamp
+_PADDING = re.compile(rb"\0+")
 
 
 @dataclass
@@ -32,50 +34,43 @@ class ParsedJson:
     counts: Counts
 
 
-def render(obj: dict[str, Any], rank: int) -> str:
-    """The glog text of a JSON-lines record (timestamp left as a placeholder)."""
-    event = obj.get("event")
-    event = "" if event is None else event if isinstance(event, str) else str(event)
-    if event == META_EVENT and isinstance(obj.get("meta"), dict):
-        event += " " + json.dumps(obj["meta"], separators=(",", ":"))
-        pairs = ""
-    else:
-        pairs = "".join(
-            f" {k}={logfmt_value(v)}" for k, v in obj.items() if k not in CORE or k == "v" and v is not None
-        )
-    first, nl, rest = event.partition("\n")
-    sev = str(obj.get("severity") or "I")[:1]
-    return (
-        f"{sev}{_PLACEHOLDER} {obj.get('tid', 0)} {obj.get('file', '?')}:{obj.get('line', 0)}] "
-        f"[rank {rank}] {first}{pairs}{nl}{rest}\n"
-    )
-
-
 def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
     counts = Counts()
-    end = n if eof else int(np.flatnonzero(data[:n] == 10)[-1]) + 1 if (data[:n] == 10).any() else 0
+    raw = data[:n].tobytes()
+    end = n if eof else raw.rfind(b"\n") + 1
     objs, texts, ts, ranks = [], [], [], []
-    lines = data[:end].tobytes().split(b"\n")
-    cut_short = lines.pop() if lines else b""  # not empty: the file ends without a newline
-    for i, line in enumerate(lines + [cut_short] if cut_short else lines):
+    lines = raw[:end].split(b"\n")
+    last = lines.pop()  # b"" when the chunk ends with a newline, else a line cut by the end of the file
+    pieces = [(line, True) for line in lines] + ([(last, False)] if last else [])
+    for line, whole in pieces:
+        if b"\0" in line:  # padding: the text before each run is cut by it
+            *cut, line = _PADDING.split(line)
+            for piece in cut:
+                if piece:
+                    counts.torn += 1
+                    counts.skipped[TORN] += 1
+            if not line:
+                continue
         if not line.strip():
             counts.skipped["empty line"] += 1
             continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            reason = "binary garbage" if b"\0" in line else "not a JSON object"
-            counts.skipped["truncated last line" if i == len(lines) else reason] += 1
+        obj = fmt.parse_json(line) if whole else None
+        if obj is None:
+            if not whole:
+                counts.torn += 1
+                counts.skipped[TORN] += 1
+            else:
+                counts.skipped[STRAY + " (not a JSON object)"] += 1
             continue
-        if not isinstance(obj, dict) or type(obj.get("ts")) is not int:
+        if type(obj.get(fmt.TS)) is not int:
             counts.skipped["JSON without an integer ts"] += 1
             continue
-        rank = obj.get("rank")
+        rank = obj.get(fmt.RANK)
         rank = rank if type(rank) is int and rank >= 0 else own_rank
         objs.append(obj)
-        ts.append(obj["ts"])
+        ts.append(obj[fmt.TS])
         ranks.append(rank)
-        texts.append(render(obj, rank).encode("utf-8", "backslashreplace"))
+        texts.append(fmt.json_to_glog(obj, rank, _PLACEHOLDER).encode("utf-8", "backslashreplace"))
     counts.lines += len(objs)
     rank_arr = np.array(ranks, np.int64)
     uniq, per = np.unique(rank_arr, return_counts=True)

@@ -44,14 +44,19 @@ def total(sources: list[Source]) -> Counts:
 
 
 def after_reading(sources: list[Source], warn: Warn, *, skipped: bool = True) -> None:
-    """Once the sources are read: a warning naming each file without records, and (`skipped`) one saying how
-    many lines were skipped and why; InputError when no file held a record."""
+    """Once the sources are read: a warning naming each file without records or with torn ones, and
+    (`skipped`) one saying how many lines were skipped and why; InputError when no file held a record."""
     empty = [s for s in sources if not s.counts.records]
     if len(empty) == len(sources):
         what = str(sources[0].path) if len(sources) == 1 else f"any of the {len(sources)} input files"
         raise InputError(f"no records in {what}: {_contents(total(sources))}")
     for source in empty:
         warn(f"no records in {source.path}: {_contents(source.counts)}")
+    for source in sources:
+        if source.counts.torn and source.counts.records:  # (else the warning above says so)
+            warn(
+                f"{source.path}: {plural(source.counts.torn, 'torn record')} (cut short by a crash or a kill), not read"
+            )
     counts = total([s for s in sources if s.counts.records])  # the others' lines are in the warnings above
     if skipped and counts.skipped:
         warn(skipped_text(counts))

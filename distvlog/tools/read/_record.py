@@ -1,56 +1,16 @@
-"""One record as Python values: decoded from a glog text record or a JSON-lines object.
+"""One record as Python values, decoded by the format module from a glog text record or a JSON-lines object.
 
-Tools loop over these only for the records they need (trace, diff, JSON-lines output); the merge of
-glog text never decodes a record.
+Tools decode only the records they need (trace, diff, JSON-lines output); the merge of glog text never
+decodes a record.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..._json import number
-from . import _header
-
-_PREFIX = re.compile(r"([IWEF])\d{4} [\d:.]{15} +(\S+) (.*?):(\d+)\] (?:\[rank \d+\] )?")
-# The structured fields: logfmt pairs ending the first line of the message (values with spaces,
-# quotes or '=' are JSON strings).
-_PAIRS = re.compile(r'(?:^| )((?:[^\s="]+=(?:"(?:[^"\\]|\\.)*"|[^\s"=]*)(?: |$))+)$')
-_PAIR = re.compile(r'([^\s="]+)=("(?:[^"\\]|\\.)*"|[^\s"=]*)')
-META_EVENT = _header.META_EVENT.decode()
-_META_PREFIX = META_EVENT + " {"
-CORE = ("ts", "severity", "v", "rank", "world_size", "tid", "file", "line", "event")
-
-
-def _value(text: str) -> Any:
-    if text.startswith('"'):
-        return json.loads(text)
-    if text in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[text]
-    for kind in (int, float):
-        try:
-            value = kind(text)
-        except ValueError:
-            continue
-        if repr(value) == text:  # only what the renderer would have written: keeps "007" and "1e5" text
-            return value
-    return text
-
-
-def split_fields(first_line: str) -> tuple[str, dict[str, Any]]:
-    """(message without its fields, the fields) for the first line of a glog message."""
-    match = _PAIRS.search(first_line)
-    if not match:
-        return first_line, {}
-    try:
-        fields = {k: _value(v) for k, v in _PAIR.findall(match.group(1))}
-    except ValueError:  # a malformed quoted value: keep the line as the message
-        return first_line, {}
-    return first_line[: match.start()], fields
+from ... import format as fmt
 
 
 @dataclass(slots=True)
@@ -63,55 +23,74 @@ class Record:
     tid: int | str
     file: str
     line: int
-    event: str  # the message without its structured fields; may span lines
-    fields: dict[str, Any] = field(default_factory=dict)
+    event: str  # the message, without its fields; may span lines
+    fields: dict[str, Any] = field(default_factory=dict)  # `v` included; a meta record's metadata is `meta`
     path: Path | None = None  # the file it came from
 
     @property
     def v(self) -> int | None:
         """The VLOG level, None for LOG(INFO/WARNING/...) records."""
-        v = self.fields.get("v")
-        return v if isinstance(v, int) else None
+        v = self.fields.get(fmt.V)
+        return v if type(v) is int else None
 
     def as_json(self, world_size: int | None = None) -> dict[str, Any]:
-        out = {"ts": self.ts, "severity": self.severity}
+        """The record as our JSON-lines object (3.1 of the format), `ts` as read."""
+        out: dict[str, Any] = {fmt.TS: self.ts, fmt.SEVERITY: self.severity}
         if self.v is not None:
-            out["v"] = self.v
+            out[fmt.V] = self.v
         out.update(
-            rank=self.rank, world_size=world_size, tid=self.tid, file=self.file, line=self.line, event=self.event
+            {
+                fmt.RANK: self.rank,
+                fmt.WORLD_SIZE: world_size,
+                fmt.TID: self.tid,
+                fmt.FILE: self.file,
+                fmt.LINE: self.line,
+                fmt.EVENT: self.event,
+            }
         )
-        out.update((k, v) for k, v in self.fields.items() if k not in CORE)
+        out.update((k, v) for k, v in self.fields.items() if k not in fmt.CORE_FIELDS)
         return out
 
 
 def from_glog(raw: bytes, ts: int, rank: int, path: Path | None = None) -> Record:
-    """Decode one normalised glog record (`Lmmdd hh:mm:ss.uuuuuu tid file:line] [rank R] msg...`)."""
-    text = raw.decode("utf-8", "replace").rstrip("\n")
-    first, nl, rest = text.partition("\n")
-    match = _PREFIX.match(first)
-    if not match:  # cannot happen for a record the scanner accepted; keep it whole all the same
-        return Record(ts, first[:1], rank, 0, "", 0, text, {}, path)
-    sev, tid, file, line = match.groups()
-    message, fields = split_fields(first[match.end() :])
-    if message.startswith(_META_PREFIX):  # our header record: its dict, as in our JSON-lines files
-        with contextlib.suppress(ValueError):
-            message, fields = META_EVENT, {"meta": json.loads(message[len(_META_PREFIX) - 1 :])}
-    return Record(ts, sev, rank, int(tid) if tid.isdigit() else tid, file, int(line), message + nl + rest, fields, path)
+    """Decode one glog record in our form (`Lmmdd hh:mm:ss.uuuuuu tid file:line] [rank R] body...`)."""
+    text = raw.decode("utf-8", "replace")
+    if text.endswith("\n"):
+        text = text[:-1]
+    parsed = fmt.parse_glog(text)
+    if parsed is None:  # cannot happen for a record the scanner accepted; keep it whole all the same
+        return Record(ts, text[:1], rank, 0, "", 0, text, {}, path)
+    fields = parsed.fields
+    meta = fmt.meta_of(parsed)
+    if meta is not None:  # our meta record: its metadata as a field, as in our JSON-lines files
+        return Record(
+            ts,
+            parsed.severity,
+            rank,
+            parsed.tid,
+            parsed.file,
+            parsed.line,
+            fmt.META_EVENT,
+            {fmt.META_FIELD: meta},
+            path,
+        )
+    return Record(ts, parsed.severity, rank, parsed.tid, parsed.file, parsed.line, parsed.message, fields, path)
 
 
 def from_json(obj: dict[str, Any], ts: int, rank: int, path: Path | None = None) -> Record:
-    fields = {k: number(v) for k, v in obj.items() if k not in CORE}
-    if obj.get("v") is not None:
-        fields["v"] = obj["v"]
-    event = obj.get("event")
+    """Decode one JSON-lines object (already through the format's JSON mapping)."""
+    fields = {k: v for k, v in obj.items() if k not in fmt.CORE_FIELDS}
+    if obj.get(fmt.V) is not None:
+        fields[fmt.V] = obj[fmt.V]
+    tid, line = obj.get(fmt.TID, 0), obj.get(fmt.LINE)
     return Record(
         ts,
-        str(obj.get("severity") or "I")[:1],
+        str(obj.get(fmt.SEVERITY) or "I")[:1],
         rank,
-        obj.get("tid", 0),
-        str(obj.get("file", "")),
-        int(obj.get("line") or 0),
-        event if isinstance(event, str) else json.dumps(event),
+        tid if type(tid) in (int, str) else str(tid),
+        str(obj.get(fmt.FILE, "")),
+        line if type(line) is int else 0,
+        fmt.message_of(obj.get(fmt.EVENT)),
         fields,
         path,
     )

@@ -1,8 +1,10 @@
 """Vectorised scanning of glog text: line starts, record starts, severities and timestamps of a whole block.
 
 numpy over the block's bytes, never a Python loop per line: a record starts at a line that begins with
-`Lmmdd hh:mm:ss.uuuuuu ` (or glog 0.7's `Lyyyymmdd ...`, or c10d's `[Lmmdd ...`); every other line
-continues the record before it. The buffers carry `PAD` spare bytes so fixed-width windows never run off.
+the severity and the stamp of our format (distvlog.format: `L` + `mmdd hh:mm:ss.uuuuuu` + space; other
+programs' glog is read too: glog 0.7 puts the year after the severity, c10d a `[` before it); every other
+line continues the record before it. The buffers carry `PAD` spare bytes so fixed-width windows never run
+off.
 """
 
 from __future__ import annotations
@@ -12,12 +14,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import format as fmt
+
 PAD = 64
 WINDOW = 32
 _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _DAY_US = 86_400_000_000
 _SEVERITY_OK = np.zeros(256, bool)
-_SEVERITY_OK[list(b"IWEF")] = True
+_SEVERITY_OK[list(fmt.SEVERITIES.encode())] = True
+# Where the stamp's parts are, from its layout (the digit pairs and the separators between them).
+STAMP = fmt.STAMP
+MONTH, DAY = STAMP.index("mmdd"), STAMP.index("mmdd") + 2
+HOUR, MINUTE, SECOND, MICROS = STAMP.index("hh"), STAMP.index(":mm") + 1, STAMP.index("ss"), STAMP.index("uuuuuu")
+SEPARATORS = tuple((i, c) for i, c in enumerate(STAMP) if not c.isalpha()) + ((len(STAMP), " "),)
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,7 @@ class Variant:
 
     @property
     def prefix_len(self) -> int:  # up to and including the space after the microseconds
-        return self.digits_at + 21
+        return self.digits_at + len(STAMP) + 1
 
 
 VARIANTS = (Variant(), Variant(year=True), Variant(lead=1), Variant(lead=1, year=True))
@@ -102,13 +111,13 @@ def parse_prefix(rows: np.ndarray, variant: Variant) -> tuple[np.ndarray, Stamps
         yy, good = _two(rows, d - 2)
         ok &= good
         year = century.astype(np.int64) * 100 + yy
-    (month, m_ok), (day, d_ok) = _two(rows, d), _two(rows, d + 2)
-    (hour, h_ok), (minute, mi_ok), (sec, s_ok) = _two(rows, d + 5), _two(rows, d + 8), _two(rows, d + 11)
-    (us1, u1), (us2, u2), (us3, u3) = _two(rows, d + 14), _two(rows, d + 16), _two(rows, d + 18)
+    (month, m_ok), (day, d_ok) = _two(rows, d + MONTH), _two(rows, d + DAY)
+    (hour, h_ok), (minute, mi_ok), (sec, s_ok) = _two(rows, d + HOUR), _two(rows, d + MINUTE), _two(rows, d + SECOND)
+    (us1, u1), (us2, u2), (us3, u3) = _two(rows, d + MICROS), _two(rows, d + MICROS + 2), _two(rows, d + MICROS + 4)
     ok &= m_ok & d_ok & h_ok & mi_ok & s_ok & u1 & u2 & u3
     ok &= (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31) & (hour < 24) & (minute < 60) & (sec < 61)
-    for col, char in ((d + 4, " "), (d + 7, ":"), (d + 10, ":"), (d + 13, "."), (d + 20, " ")):
-        ok &= rows[:, col] == ord(char)
+    for col, char in SEPARATORS:
+        ok &= rows[:, d + col] == ord(char)
     seconds = (hour.astype(np.int64) * 60 + minute) * 60 + sec
     tod = seconds * 1_000_000 + (us1.astype(np.int64) * 10_000 + us2.astype(np.int64) * 100 + us3)
     return ok, Stamps(sev, year, month.astype(np.int64), day.astype(np.int64), tod)

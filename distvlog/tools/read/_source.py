@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import time
 import zlib
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from ... import format as fmt
 from ...errors import InputError
 from . import _header, _jsonl, _runs
 from ._arena import SLOT_BYTES, Slot, plain_alloc
@@ -24,7 +26,6 @@ from ._scan import OURS, PAD, Calendar, detect_variant, line_starts
 
 CHUNK = SLOT_BYTES - PAD
 HEAD_BYTES = 64 << 10  # read at least this much first: the header and first records tell the format
-_TAG = re.compile(rb"\] \[rank (\d+)\] ")
 Alloc = Callable[[int], Slot]
 
 
@@ -75,23 +76,19 @@ class Source:
                 self.clock = _header.Clock.from_meta(self.meta)
 
     def _open_jsonl(self, data: np.ndarray, n: int, explicit: int | None) -> None:
-        import orjson
-
         first_line, newline, _ = data[:n].tobytes().lstrip().partition(b"\n")
-        try:
-            obj = orjson.loads(first_line)
-        except orjson.JSONDecodeError:
-            if newline or not self._stream_done:
-                raise BadFile(f"{self.path}: not a glog or JSON-lines log (the first line is not JSON)") from None
-            obj = None  # the file's only line, cut short (inside the distvlog-meta line): no records
-        self.meta = _header.meta_from_json(obj) if isinstance(obj, dict) else None
-        rank = obj.get("rank") if isinstance(obj, dict) else None
+        obj = fmt.parse_json(first_line)
+        if obj is None and (newline or not self._stream_done):
+            raise BadFile(f"{self.path}: not a glog or JSON-lines log (the first line is not a JSON object)")
+        # (else the file's only line, cut short inside the meta record: no records)
+        self.meta = fmt.meta_of(obj) if obj is not None else None
+        rank = obj.get(fmt.RANK) if obj is not None else None
         self.rank = (
             self.meta["rank"]
             if self.meta
             else explicit
             if explicit is not None
-            else (rank if isinstance(rank, int) else self.file.name_rank)
+            else (rank if type(rank) is int and rank >= 0 else self.file.name_rank)
         )
         if self.rank is None:
             raise InputError(f"{self.path}: cannot tell which rank wrote it; pass --rank-of {self.path}=R")
@@ -102,25 +99,24 @@ class Source:
             starts = np.append(starts, complete)
         variant = detect_variant(data, starts)
         lines = [data[s:e].tobytes().rstrip(b"\r\n") for s, e in zip(starts[:8], np.append(starts[1:9], n))]
-        head = [line for line in lines if _header.is_header_line(line)]
+        head = list(itertools.takewhile(fmt.is_header_line, lines))  # the header: the lines before any record
         if variant is None:
             whole = lines[:-1] if complete < n else lines
-            if all(_header.is_header_line(line) for line in whole):  # nothing logged yet, or cut short
+            if len(head) >= len(whole):  # nothing logged yet, or cut short
                 variant = OURS
             else:
                 raise BadFile(f"{self.path}: not a glog or JSON-lines log (no line starts a record)")
-        self.host = _header.host_of(head)
-        merged = any(line.startswith(_header.MERGED_MARK.encode()) for line in head)
-        first_record = next((line for line in lines if not _header.is_header_line(line)), b"")
-        self.meta = None if merged else _header.meta_from_glog(first_record)
-        year = _header.created_year(head)
+        self.host = fmt.host_of(head)
+        first = fmt.parse_glog(lines[len(head)].decode("utf-8", "replace")) if len(head) < len(lines) else None
+        self.meta = fmt.meta_of(first) if first is not None and not fmt.is_merged(head) else None
+        year = fmt.created_year(head)
         if self.meta:
             self.rank = int(self.meta["rank"])
             created = str(self.meta.get("created", ""))
             self._calendar = Calendar(int(created[:4]), int(created[5:7])) if created[:4].isdigit() else None
         else:
             text = data[:n].tobytes()
-            tag = _TAG.search(text) or NCCL_RANK.search(text)
+            tag = fmt.RANK_TAG_PATTERN.search(text) or NCCL_RANK.search(text)
             default = int(tag.group(1)) if tag else self.file.name_rank
             self._rank_rule = RankRule(explicit, default)
             self.rank = explicit if explicit is not None else default

@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ..._json import dumps
+from ... import format as fmt
 from ...errors import InputError
 from ...wording import plural
 from ..read import add_input_arguments, after_reading, open_inputs, read_records, warner
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         "otherData": {"generator": "distvlog trace", "dropped": dict(dropped)},
     }
     try:
-        Path(args.output).write_bytes(dumps(doc))
+        Path(args.output).write_bytes(fmt.dumps(doc))
     except OSError as exc:
         raise InputError(f"-o {args.output}: cannot write ({exc.strerror})") from None
     kinds = Counter(s.kind for s in slices)

@@ -9,17 +9,20 @@ slice up to the rank's last record, marked unfinished: that is where a crash hap
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import format as fmt
 from ..read import Record
 
-_BEGIN_RUN = re.compile(r"(\w+)\(0x[0-9a-fA-F]+\) begin run")
-_FINISH = re.compile(r"Finish_AD_API_GRAD: (\w+)")
-_PHASE = re.compile(r"(backward|allreduce) (begin|end)\b")
+_PHASES = {
+    fmt.BACKWARD_BEGIN: ("backward", "begin"),
+    fmt.BACKWARD_END: ("backward", "end"),
+    fmt.ALLREDUCE_BEGIN: ("allreduce", "begin"),
+    fmt.ALLREDUCE_END: ("allreduce", "end"),
+}
 # What the reader should hand us (a regex over block text, so most records are never decoded).
-WANTED = re.compile(rb"begin run|Finish_AD_API_GRAD|backward (?:begin|end)|allreduce (?:begin|end)|grad_stats")
+WANTED = fmt.texts_pattern(fmt.BEGIN_RUN, fmt.FINISH_AD_API, *_PHASES, fmt.GRAD_STATS)
 KINDS = ("error", "backward", "allreduce", "warning", "node", "grad_stats")  # priority for --max-events
 
 
@@ -50,16 +53,16 @@ class SliceBuilder:
         first = rec.event.partition("\n")[0].strip()
         track = (rec.rank, rec.tid)
         step = rec.fields.get("step")
-        if (begin := _BEGIN_RUN.search(first)) is not None:
-            node = str(rec.fields.get("node") or begin.group(1))
+        if (begun := fmt.begin_run_node(first)) is not None:
+            node = str(rec.fields.get(fmt.NODE) or begun)
             run = Slice("node", node, rec.rank, rec.tid, rec.ts, args=_args(rec, node=node))
             self._nodes.setdefault(track, []).append(run)
             self._last_run[(rec.rank, node)] = run
-        elif (finish := _FINISH.search(rec.event)) is not None:
-            self._close_node(track, rec, finish.group(1))
-        elif (phase := _PHASE.match(first)) is not None:
-            self._phase(phase.group(1), phase.group(2), track, rec)
-        elif first.startswith("grad_stats"):
+        elif (api := fmt.banner_api(first, fmt.FINISH_AD_API)) is not None:
+            self._close_node(track, rec, api)
+        elif (phase := _PHASES.get(first)) is not None:
+            self._phase(*phase, track, rec)
+        elif first == fmt.GRAD_STATS:
             self._grad_stats(rec)
         if rec.severity in "WEF":
             kind = "warning" if rec.severity == "W" else "error"
@@ -78,7 +81,7 @@ class SliceBuilder:
 
     def _close_node(self, track: tuple, rec: Record, api: str) -> None:
         stack = self._nodes.get(track) or []
-        node = rec.fields.get("node")
+        node = rec.fields.get(fmt.NODE)
         at = next((i for i in range(len(stack) - 1, -1, -1) if node is None or stack[i].name == node), None)
         if at is None:
             return  # its begin was not logged (level too low) or not read
@@ -118,8 +121,8 @@ class SliceBuilder:
         self.out.append(s)
 
     def _grad_stats(self, rec: Record) -> None:
-        stats = {k: v for k, v in rec.fields.items() if k not in ("node", "v", "pass")}
-        node = str(rec.fields.get("node", ""))
+        stats = {k: v for k, v in rec.fields.items() if k not in (fmt.NODE, fmt.V, "pass")}
+        node = str(rec.fields.get(fmt.NODE, ""))
         run = self._last_run.get((rec.rank, node))
         if run is not None:
             run.args.setdefault("grad_stats", []).append(stats)

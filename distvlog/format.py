@@ -1,0 +1,971 @@
+"""The distvlog record format, version 2: what a rank file holds, byte for byte, and how to read it back.
+
+This module is the format's one owner: the logger writes only through it and every tool reads only through
+it. It needs the standard library and orjson, nothing else. What follows is the specification; a reader
+written from it alone reads every file distvlog writes.
+
+1. FILES
+   One file per process: `<log_dir>/<run_id>/rank-<R>.log` (glog text, the default) or `rank-<R>.jsonl`
+   (JSON lines), UTF-8. A process forked by rank R writes `rank-<R>.<pid>.log`. A file is a header, then
+   records in the order they were written (threads stamp a record before they write it, so timestamps can
+   go back a little). A file may end in, or hold between records, PADDING: a run of NUL bytes (the unwritten
+   part of space a writer reserved before it crashed). Padding is neither a record nor damage: a reader skips
+   it, and the end of a padding run starts a new line.
+
+2. GLOG TEXT
+2.1 The header: C++ glog's three lines, then the meta record (2.6) as the first record.
+        Log file created at: YYYY/MM/DD hh:mm:ss
+        Running on machine: HOST
+        Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg
+    A merged timeline (`distvlog merge`) has instead: `Log file created at: ...`, `Running on machine: ...`,
+    `Merged by distvlog: <what>` (its records carry their own ranks and clock-corrected times: no rank's
+    header applies to it), `Merged processes: <JSON list of {run_id, rank, pid, world_size}>`, `Log line
+    format: ...`. A header line is one that starts with one of these labels, before the first record.
+
+2.2 A record is a first line and, for a multi-line message, continuation lines:
+        L MMDD " " hh ":" mm ":" ss "." uuuuuu " " TID " " FILE ":" LINE "] [rank " R "] " BODY "\\n"
+        then COUNT continuation lines, each ending in "\\n"
+    L is the severity: I (info, and every VLOG), W, E or F. The time is the writer's local time (the meta
+    record's `utc_offset_s` gives its zone) with microseconds; the meta record's `created` gives the year.
+    TID is the native thread id, LINE and R are decimal. FILE is the call site's file name; characters
+    that would break the line (controls, ":") are written as "?".
+    A line starts a record when it begins with the prefix up to the TID; any other line continues one.
+
+2.3 BODY = MESSAGE FIELDS [" +lines=" COUNT]
+    FIELDS is zero or more `" " NAME "=" VALUE` pairs (2.5); `+lines` is the number of continuation lines
+    (present only when there are some: its absence means none).
+    A reader splits BODY from the right: it takes off the last `" " NAME "=" VALUE` as long as there is one
+    (a bare NAME `+lines` with an integer VALUE, the last of them, is the count), and what is left is
+    MESSAGE. Taking a pair off the right is never ambiguous (2.5).
+
+2.4 MESSAGE is written as it is when it is PLAIN:
+      - it does not start with `"`;
+      - every line of it is printable (`str.isprintable()`: no control character, no line or paragraph
+        separator, no lone surrogate);
+      - no line but the first could be taken for a record start (none starts with one of `IWEF` or `[`
+        followed by a digit or by one of `IWEF`);
+      - its first line does not end with `" " NAME "=" VALUE` (it would be read as a field).
+    A plain multi-line message is written as its first line (then the fields and the count) and its other
+    lines as continuation lines, as glog does: tracebacks and tensor dumps stay readable. Any other message
+    is written as one JSON string literal (RFC 8259, with every non-printable character escaped as \\uXXXX),
+    on the first line: a message that starts with `"` is always such a literal. A message that is not a
+    str is written as its str() (None as the empty message).
+
+2.5 NAME is bare when it is a non-empty printable text without space, `=` or `"` and is not `+lines`;
+    else it is a JSON string literal (as in 2.4). VALUE, by the value's type:
+      - int: decimal (`-12`); float: Python's repr (`0.25`, `1e-05`, `nan`, `inf`, `-inf`);
+        bool: `True` / `False`; None: `None`;
+      - str: bare when it is non-empty and printable, has no space, `=` or `"`, does not end with `]` or `}`,
+        and would not read back as another type: it is not `True`, `False`, `None` and does not match
+        `-?[0-9]+(\\.[0-9]+)?(e[+-]?[0-9]+)?|-?inf|nan`; else a JSON string literal;
+      - list, tuple, dict, numpy array: JSON (3.2), compact, starting with `[` or `{`;
+      - numpy scalars as the Python number they print as; anything else as its str() (a str).
+    Reading a VALUE from the right: ending in `"`, it is a JSON string (its opening quote is the nearest
+    `"` before it that follows an even number of backslashes); ending in `]` or `}`, JSON (its opening
+    bracket is found by matching brackets, skipping strings); else a bare token: everything back to the
+    previous space, `=` or `"`. A bare token that matches the pattern above is a number (an int when it has
+    no `.`, `e`, `inf` or `nan`), `True`/`False`/`None` are those, anything else is a str. NAME is read the
+    same way (bare: back to the previous space, `=` or `"`); the pair must follow a space.
+
+2.6 The meta record is the file's first record:
+        I... TID distvlog:0] [rank R] distvlog-meta {JSON object}
+    with the keys `distvlog` (the format version, 2), `format` (glog | jsonl), `rank`, `world_size`,
+    `host`, `pid`, `tid`, `run_id`, `created` (local ISO time with µs), `created_us` (epoch µs),
+    `utc_offset_s`, `clock_start` and `clock_end`. The clock slots are 64-character strings,
+    `"<offset µs> <uncertainty µs> <measured at, epoch µs>"` padded with spaces (all spaces: not measured):
+    this rank's clock minus rank 0's, measured when the run starts and when it ends; a reader corrects
+    timestamps by the offset, linear between the two. They are rewritten in place, so their width is fixed.
+    Records the logger writes about itself (the end of a script, signals, failures outside user code) are
+    also at `distvlog:0`.
+
+3. JSON LINES
+3.1 One JSON object per line: `ts` (epoch µs, int), `severity`, `v` (when the record is a VLOG), `rank`,
+    `world_size`, `tid`, `file`, `line`, `event` (the message, a str), then the fields; keys in any order.
+    The first line is the meta record: `event` is `distvlog-meta`, `meta` holds the object of 2.6. There
+    is no header otherwise. A line is whole when it ends in "\\n" and parses.
+3.2 The JSON mapping (JSON lines, and JSON values inside glog fields): JSON has no NaN or infinity, so
+    float NaN, +inf and -inf are the strings "NaN", "Infinity" and "-Infinity" at any depth (as protobuf's
+    JSON mapping spells them). A str that equals one of those, or starts with NUL, is written with one NUL
+    (\\u0000) in front; a reader turns the three strings back into floats and takes one leading NUL off
+    any other string. Tuples are arrays, numpy arrays their nested lists, numpy scalars Python numbers,
+    keys that are not str their str(), anything else its str(). Lone surrogates are escaped (\\udXXX).
+
+4. FIELD NAMES
+   A record's own fields are `ts`, `severity`, `rank`, `world_size`, `tid`, `file`, `line` and `event`
+   (in the glog prefix) and `v`, the VLOG level (a field, `v=N`, in glog). A caller's `ts` (int), `file`
+   (str) with `line` (int) and `v` (int) replace the logger's (the stdlib bridge passes them); a caller
+   cannot set the others. The names below are what the tools look for.
+
+5. WHOLE AND TORN RECORDS
+   A record is whole when its first line and COUNT continuation lines are all there, each ending in "\\n",
+   before the next record starts, padding or the end of the file. A line cut by padding or by the end of
+   the file (no "\\n") is cut. Hence:
+      - a record whose first line is cut, or that is short of its COUNT lines, or one of whose COUNT lines
+        is cut, is TORN (a crash cut it): readers count and name it, never read it as whole;
+      - a cut line after a record that has all its lines is a torn record of its own (one whose start was
+        cut), and whole lines there, beyond the count, are not part of any record;
+      - a record without `+lines` written by another program (C++ glog, distvlog 1) keeps every whole line
+        up to the next record start, as glog readers always did.
+   In JSON lines a line that does not parse is torn when it is cut, else damage.
+
+6. VERSIONS
+   The meta record's `distvlog` key is the format version: 1 (no `+lines`, messages and names written
+   unescaped) or 2 (this). A reader of version 2 reads version 1 files as other programs' glog (5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Collection, Iterable
+from typing import Any, NamedTuple
+
+import orjson
+
+VERSION = 2
+
+# -- files (1) ------------------------------------------------------------------------------------------------
+SUFFIXES = {"glog": ".log", "jsonl": ".jsonl"}
+RANK_FILE_PREFIX = "rank-"
+RANK_FILE_NAME = re.compile(r"rank-(\d+)(?:\.(\d+))?\.(?:log|jsonl)")  # the rank, a forked child's pid
+
+
+def rank_file_stem(rank: int) -> str:
+    """A rank's file name without its suffix."""
+    return f"{RANK_FILE_PREFIX}{rank}"
+
+
+# -- names: the record's own fields, the events and texts the tools rely on ---------------------------------
+TS, SEVERITY, V, RANK, WORLD_SIZE, TID, FILE, LINE, EVENT = (
+    "ts",
+    "severity",
+    "v",
+    "rank",
+    "world_size",
+    "tid",
+    "file",
+    "line",
+    "event",
+)
+# The fields the glog prefix carries (v is a field of the body, like any other).
+PREFIX_FIELDS = frozenset({EVENT, TS, SEVERITY, RANK, WORLD_SIZE, TID, FILE, LINE})
+CORE_FIELDS = (TS, SEVERITY, V, RANK, WORLD_SIZE, TID, FILE, LINE, EVENT)
+SEVERITIES = "IWEF"
+COUNT_NAME = "+lines"
+COUNT_TEXT = f" {COUNT_NAME}="  # how a body's count begins (2.3): a bare name, unlike a field of that name
+
+OWN_FILE, OWN_LINE = "distvlog", 0  # the call site of the logger's own records
+META_EVENT = "distvlog-meta"
+META_FIELD = "meta"
+END_RECORD = "the script ended"  # a rank's last record when its script ended (`distvlog launch` runs it)
+# Where a signal found a rank's main thread: the first words after the signal's name in its W record.
+BLOCKED_IN_C = " arrived while the main thread was blocked in C"
+IN_PYTHON = " arrived while the main thread was running Python"
+# The backward engine and its node log (Paddle's texts), DataParallel, the gradient statistics.
+BEGIN_RUN = "begin run"  # "<node>(0x..) begin run"
+FOUND_PENDING = "Found pending node"  # "<node>(0x..) Found pending node: <next>(0x..)"
+RUNNING_AD_API = "Running_AD_API_GRAD"
+RUNNING_CPP_API = "Running_C++_API"
+FINISH_CPP_API = "Finish_C++_API"
+FINISH_AD_API = "Finish_AD_API_GRAD"
+BACKWARD_BEGIN, BACKWARD_END = "backward begin", "backward end"
+ALLREDUCE_BEGIN, ALLREDUCE_END, ALLREDUCE_PARAM = "allreduce begin", "allreduce end", "allreduce param"
+GRAD_STATS = "grad_stats"
+NODE = "node"  # the field naming the GradNode a record is about
+BANNER_EDGE = "=" * 26  # either side of a banner's title
+_NODE_LABEL = re.compile(r"(\w+)\(0x[0-9a-fA-F]+\)")
+
+
+def banner(title: str, api: str) -> str:
+    """Paddle's `==========...Running_AD_API_GRAD: multiply_grad==========...` line."""
+    return f"{BANNER_EDGE}{title}: {api}{BANNER_EDGE}"
+
+
+def banner_api(message: str, title: str) -> str | None:
+    """The API a banner with this title names (`multiply_grad`), None for any other message."""
+    head = f"{BANNER_EDGE}{title}: "
+    if message.startswith(head) and message.endswith(BANNER_EDGE) and len(message) > len(head) + len(BANNER_EDGE):
+        return message[len(head) : -len(BANNER_EDGE)]
+    return None
+
+
+def begin_run_node(message: str) -> str | None:
+    """The node of a `<node>(0x..) begin run` message, None for any other."""
+    return node_label_in(message) if message.endswith(f") {BEGIN_RUN}") else None
+
+
+def node_label_at_start(message: str) -> str | None:
+    """The node name of a message that starts with a node's label (`multiply1GradNode(0x7f..) begin run`)."""
+    match = _NODE_LABEL.match(message)
+    return match.group(1) if match else None
+
+
+def node_label_in(message: str) -> str | None:
+    """The first node name labelled `Name(0x..)` in a message."""
+    match = _NODE_LABEL.search(message)
+    return match.group(1) if match else None
+
+
+# -- the JSON mapping (3.2) -----------------------------------------------------------------------------------
+_SPELLED = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+_NUL = "\0"
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+# In orjson's output: what may need the slow path (a NaN or Inf written as null, a string to escape).
+_SUSPECT = re.compile(rb'null|"(?:NaN|-?Infinity)"|\\u0000')
+_BIG_INT = re.compile(rb"[0-9]{19}")  # orjson reads integers beyond 64 bits as floats
+
+
+def _text(value: Any) -> str:
+    """str(value); when its __str__ raises, a placeholder naming its type (a log call never raises)."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` as plain JSON data of the mapping: floats spelled, strings escaped, numpy and other types
+    converted, keys made str."""
+    kind = type(value)
+    if kind is str:
+        return _NUL + value if value in _SPELLED or value[:1] == _NUL else value
+    if kind is float:
+        return value if value - value == 0 else "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return {(k if type(k) is str else _text(k)): _json_safe(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_json_safe(v) for v in value]
+    if isinstance(value, bool):  # (subclasses, in orjson's order)
+        return bool(value)
+    if isinstance(value, str):
+        return _json_safe(str.__str__(value))
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _json_safe(float(value))
+    if isinstance(value, dict):
+        return _json_safe(dict(value))
+    if isinstance(value, (list, tuple)):
+        return _json_safe(list(value))
+    if _is_numpy(value):
+        return _json_safe(_numpy_plain(value))
+    return _json_safe(_text(value))
+
+
+def _is_numpy(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and hasattr(value, "dtype") and hasattr(value, "tolist")
+
+
+def _numpy_plain(value: Any) -> Any:
+    """A numpy array as nested lists; a numpy scalar as the Python number (or bool) it prints as."""
+    if getattr(value, "ndim", 0):
+        return value.tolist()
+    kind = value.dtype.kind
+    if kind == "f":
+        text = str(value)
+        return float(text) if _TYPED(text) else float(value)
+    if kind in "iu":
+        return int(value)
+    if kind == "b":
+        return bool(value)
+    return value.item() if kind in "cmMUS" else _text(value)
+
+
+def _default(value: Any) -> Any:
+    """What orjson cannot write itself."""
+    if isinstance(value, (list, tuple, dict)):
+        raise TypeError  # (a subclass orjson refused: the slow path writes it)
+    return _json_safe(_text(value))
+
+
+def _unusual(value: Any) -> bool:
+    """Whether orjson's text of `value` differs from the mapping's: a NaN or Inf somewhere (orjson writes null),
+    or a str the mapping escapes."""
+    kind = type(value)
+    if kind is float:
+        return value - value != 0
+    if kind is str:
+        return value in _SPELLED or value[:1] == _NUL
+    if kind is dict:
+        return any(_unusual(v) for v in value.values())
+    if kind is list or kind is tuple:
+        return any(_unusual(v) for v in value)
+    if _is_numpy(value):
+        return _unusual(value.tolist())
+    return isinstance(value, (float, str, dict, list, tuple))  # subclasses: let the slow path decide
+
+
+def _ascii_safe(text: str) -> str:
+    """`text` with lone surrogates escaped, so that it encodes as UTF-8 (JSON allows \\udXXX)."""
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return "".join(c if not 0xD800 <= ord(c) < 0xE000 else f"\\u{ord(c):04x}" for c in text)
+
+
+def dumps(value: Any, option: int = 0) -> bytes:
+    """`value` as JSON bytes of the mapping (3.2); `option`: more orjson options (indent, newline)."""
+    try:
+        data = orjson.dumps(value, option=_OPTIONS | option, default=_default)
+    except TypeError:  # non-str keys, lone surrogates, integers beyond 64 bits, subclasses
+        data = None
+    if data is not None and (_SUSPECT.search(data) is None or not _unusual(value)):
+        return data
+    text = json.dumps(_json_safe(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    if option & orjson.OPT_INDENT_2:
+        text = json.dumps(json.loads(text), ensure_ascii=False, indent=2)
+    data = _ascii_safe(text).encode()
+    return data + b"\n" if option & orjson.OPT_APPEND_NEWLINE else data
+
+
+def _unsafe(value: Any) -> Any:
+    """The inverse of _json_safe on decoded JSON: spelled floats back, one leading NUL off a str."""
+    kind = type(value)
+    if kind is str:
+        if value in _SPELLED:
+            return _SPELLED[value]
+        return value[1:] if value[:1] == _NUL else value
+    if kind is dict:
+        return {k: _unsafe(v) for k, v in value.items()}
+    if kind is list:
+        return [_unsafe(v) for v in value]
+    return value
+
+
+_NEEDS_UNSAFE = re.compile(rb'"(?:NaN|-?Infinity)"|\\u0000')
+
+
+def _json_loads(raw: bytes) -> Any:
+    """Plain JSON (no mapping): orjson, or the standard library where orjson refuses or rounds."""
+    if _BIG_INT.search(raw):
+        return json.loads(raw)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)  # escaped lone surrogates, which orjson refuses; else its own ValueError
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON of the mapping (3.2) back into Python values. ValueError when it is not JSON."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    value = _json_loads(raw)
+    return _unsafe(value) if _NEEDS_UNSAFE.search(raw) else value
+
+
+def number(value: Any) -> Any:
+    """A field read back from JSON by an older reader's rule: "NaN", "Infinity", "-Infinity" as floats."""
+    return _SPELLED.get(value, value) if type(value) is str else value
+
+
+# -- texts of glog bodies (2.4, 2.5) ---------------------------------------------------------------------------
+_BARE_ASCII = re.compile(r"[!#-<>-~]*[!#-<>-\\^-|~]").fullmatch  # printable, no space = ", not ending ] }
+_TYPED = re.compile(r"-?(?:[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?|inf)|nan|True|False|None").fullmatch
+_INT = re.compile(r"-?[0-9]+").fullmatch
+_CONSTANTS = {"True": True, "False": False, "None": None}
+
+
+def json_string(text: str) -> str:
+    """`text` as a JSON string literal with every non-printable character escaped (2.4)."""
+    try:
+        out = orjson.dumps(text).decode()
+    except TypeError:  # lone surrogates
+        out = json.dumps(text, ensure_ascii=False)
+    return out if out.isprintable() else "".join(c if c.isprintable() else _escaped(c) for c in out)
+
+
+def _escaped(c: str) -> str:
+    code = ord(c)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def _bare_str(value: str) -> bool:
+    """Whether a str value is written bare (2.5)."""
+    if _BARE_ASCII(value):
+        return _TYPED(value) is None
+    return (
+        value.isprintable()
+        and bool(value)
+        and " " not in value
+        and "=" not in value
+        and '"' not in value
+        and value[-1] not in "]}"
+        and _TYPED(value) is None
+    )
+
+
+def value_text(value: Any) -> str:
+    """A field's VALUE in glog text (2.5)."""
+    kind = type(value)
+    if kind is str:
+        return value if _bare_str(value) else json_string(value)
+    if kind is int or kind is float or kind is bool or value is None:
+        return repr(value)
+    if kind is list or kind is tuple or kind is dict:
+        return _json_text(value)
+    if _is_numpy(value):
+        return value_text(_numpy_plain(value))
+    if isinstance(value, bool):  # subclasses: as their base type
+        return repr(bool(value))
+    if isinstance(value, int):
+        return repr(int(value))
+    if isinstance(value, float):
+        return repr(float(value))
+    if isinstance(value, str):
+        return value_text(str.__str__(value))
+    if isinstance(value, (list, tuple, dict)):
+        return _json_text(value)
+    return value_text(_text(value))
+
+
+def _json_text(value: Any) -> str:
+    text = dumps(value).decode()
+    return text if text.isprintable() else "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+_names: dict[str, str] = {}
+
+
+def name_text(name: Any) -> str:
+    """A field's NAME in glog text (2.5)."""
+    text = _names.get(name)
+    if text is None:
+        key = name if type(name) is str else _text(name)
+        plain = key and key.isprintable() and not (" " in key or "=" in key or '"' in key) and key != COUNT_NAME
+        text = key if plain else json_string(key)
+        if type(name) is str and len(_names) < 10_000:
+            _names[name] = text
+    return text
+
+
+def pairs_of(fields: dict[str, Any], skip: Collection[str] = ()) -> str:
+    """`" NAME=VALUE"` for each field not in `skip`, in order: the FIELDS of a body (2.3). The common values
+    (numbers, plain strings, names seen before) take no call of their own: this runs for every record."""
+    names = _names
+    return "".join(
+        [
+            f" {names.get(k) or name_text(k)}={v}"
+            if (kind := type(v)) is int or kind is float or (kind is str and _BARE_ASCII(v) and not _TYPED(v))
+            else f" {names.get(k) or name_text(k)}={value_text(v)}"
+            for k, v in fields.items()
+            if k not in skip
+        ]
+    )
+
+
+def field_text(name: str) -> str:
+    """How a field begins in a body: `" NAME="`."""
+    return f" {name_text(name)}="
+
+
+def _looks_like_start(line: str) -> bool:
+    """Whether a continuation line could be taken for a record start (ours, glog 0.7's or c10d's)."""
+    head = line[:3]
+    if head[:1] == "[":
+        head = head[1:]
+    return len(head) > 1 and head[0] in SEVERITIES and head[1] in "0123456789"
+
+
+def message_lines(message: str) -> tuple[str, str, int]:
+    """(first line, the continuation lines joined by "\\n", how many) of a message, as written (2.4)."""
+    if message.isprintable() and message[:1] != '"' and ("=" not in message or _peel(message, len(message)) is None):
+        return message, "", 0
+    lines = message.split("\n")
+    first = lines[0]
+    if (
+        first[:1] == '"'
+        or not all(line.isprintable() for line in lines)
+        or any(_looks_like_start(line) for line in lines[1:])
+        or ("=" in first and _peel(first, len(first)) is not None)
+    ):
+        return json_string(message), "", 0
+    return first, "\n".join(lines[1:]), len(lines) - 1
+
+
+def message_of(event: Any) -> str:
+    """A message as the format writes it: a str as it is, None as "", anything else as its str()."""
+    return event if type(event) is str else "" if event is None else _text(event)
+
+
+# -- reading a body from the right (2.3, 2.5) --------------------------------------------------------------------
+def _escaped_at(text: str, i: int) -> bool:
+    """Whether text[i] follows an odd number of backslashes."""
+    k = i
+    while k > 0 and text[k - 1] == "\\":
+        k -= 1
+    return (i - k) % 2 == 1
+
+
+def _open_quote(text: str, close: int) -> int:
+    """The opening quote of the JSON string whose closing quote is text[close]; -1 if there is none."""
+    i = close
+    while True:
+        i = text.rfind('"', 0, i)
+        if i < 0 or not _escaped_at(text, i):
+            return i
+
+
+def _open_bracket(text: str, close: int) -> int:
+    """The bracket opening the JSON array or object closed at text[close] (strings skipped); -1 if none."""
+    depth, i = 1, close
+    while i > 0:
+        i -= 1
+        c = text[i]
+        if c == '"':
+            if _escaped_at(text, i):
+                return -1
+            i = _open_quote(text, i)
+            if i < 0:
+                return -1
+        elif c == "]" or c == "}":
+            depth += 1
+        elif c == "[" or c == "{":
+            depth -= 1
+            if not depth:
+                return i
+    return -1
+
+
+def _token_start(text: str, end: int) -> int:
+    """Where the JSON string, JSON value or bare token ending at `end` starts; -1 if none does."""
+    c = text[end - 1]
+    if c == '"':
+        return -1 if _escaped_at(text, end - 1) else _open_quote(text, end - 1)
+    if c == "]" or c == "}":
+        return _open_bracket(text, end - 1)
+    start = max(text.rfind(" ", 0, end), text.rfind("=", 0, end), text.rfind('"', 0, end)) + 1
+    return start if start < end else -1
+
+
+def _peel(text: str, end: int) -> tuple[int, str, Any, bool] | None:
+    """The pair `" NAME=VALUE"` ending text[:end]: (where its space is, name, value, whether the name is
+    bare); None when text[:end] does not end with one."""
+    if end < 4:
+        return None
+    vstart = _token_start(text, end)
+    if vstart < 2 or text[vstart - 1] != "=":
+        return None
+    nend = vstart - 1
+    nstart = _token_start(text, nend)
+    if nstart < 1 or text[nstart - 1] != " ":
+        return None
+    try:
+        value = _read_value(text[vstart:end])
+        bare = text[nstart] != '"'
+        name = text[nstart:nend] if bare else _read_string(text[nstart:nend])
+    except ValueError:
+        return None
+    return nstart - 1, name, value, bare
+
+
+def _read_string(token: str) -> str:
+    """A JSON string literal of a glog body (no mapping: 3.2 is for JSON values)."""
+    value = _json_loads(token.encode("utf-8", "surrogatepass"))
+    if type(value) is not str:
+        raise ValueError("not a string")
+    return value
+
+
+def _read_value(token: str) -> Any:
+    """A VALUE token back into its Python value (2.5)."""
+    first = token[0]
+    if first == '"':
+        return _read_string(token)
+    if first == "[" or first == "{":
+        value = loads(token)
+        if type(value) not in (list, dict):
+            raise ValueError("not a JSON array or object")
+        return value
+    if _TYPED(token):
+        if token in _CONSTANTS:
+            return _CONSTANTS[token]
+        return int(token) if _INT(token) else float(token)
+    return token
+
+
+def read_value(token: str) -> Any:
+    """A field's VALUE text back into the value the writer had (the inverse of value_text)."""
+    return _read_value(token) if token else token
+
+
+class Body(NamedTuple):
+    message: str  # the first line's message, decoded (continuation lines not included)
+    fields: dict[str, Any]
+    count: int  # the continuation lines it declares (0: none declared)
+
+
+def split_body(body: str) -> Body:
+    """A record's first line after its `[rank R] ` tag: message, fields and declared line count (2.3)."""
+    end = len(body)
+    found: list[tuple[str, Any]] = []
+    count = 0
+    peeled = _peel(body, end) if "=" in body else None
+    if peeled is not None and peeled[3] and peeled[1] == COUNT_NAME and type(peeled[2]) is int:
+        count, end = peeled[2], peeled[0]
+        peeled = _peel(body, end)
+    while peeled is not None:
+        found.append((peeled[1], peeled[2]))
+        end = peeled[0]
+        peeled = _peel(body, end)
+    message = body[:end]
+    if message[:1] == '"':
+        with contextlib.suppress(ValueError):  # not ours (a foreign message, version 1): the text as it is
+            message = _read_string(message)
+    return Body(message, dict(reversed(found)), count)
+
+
+# -- glog: writing (2.1 - 2.6) --------------------------------------------------------------------------------
+HEADER_CREATED = "Log file created at: "
+HEADER_MACHINE = "Running on machine: "
+HEADER_FORMAT = "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg"
+MERGED_MARK = "Merged by distvlog:"
+PROCESSES_MARK = "Merged processes:"
+HEADER_LABELS = (HEADER_CREATED, HEADER_MACHINE, "Running duration ", "Log line format: ", MERGED_MARK, PROCESSES_MARK)
+STAMP = "mmdd hh:mm:ss.uuuuuu"  # what follows the severity letter (its layout, for vectorised readers)
+RANK_TAG_OPEN, RANK_TAG_CLOSE = "[rank ", "] "
+_DIGITS3 = [f"{i:03d}" for i in range(1000)]
+
+
+def _file_text(file: Any) -> str:
+    text = file if type(file) is str else _text(file)
+    if text.isprintable() and ":" not in text:
+        return text
+    return "".join("?" if c == ":" or not c.isprintable() else c for c in text)
+
+
+def rank_tag(rank: int) -> str:
+    """`[rank R] `, after the `] ` that ends a prefix."""
+    return f"{RANK_TAG_OPEN}{rank}{RANK_TAG_CLOSE}"
+
+
+class GlogWriter:
+    """glog text records: `Lmmdd hh:mm:ss.` is cached per second and severity, ` tid file:line] [rank R] `
+    per thread and call site. Threads write concurrently, so the second and its stamps are one tuple."""
+
+    def __init__(self) -> None:
+        self._stamp: tuple[int, dict[str, str]] = (-1, {})
+        self._sites: dict[tuple, str] = {}
+
+    def prefix(self, ts: int, severity: str, tid: int, file: str, line: int, rank: int) -> str:
+        """A first line up to its body."""
+        second, us = divmod(ts, 1_000_000)
+        stamp = self._stamp
+        if second != stamp[0]:
+            text = time.strftime("%m%d %H:%M:%S", time.localtime(second))
+            stamp = self._stamp = (second, {sev: f"{sev}{text}." for sev in SEVERITIES})
+        key = (tid, file, line, rank)
+        site = self._sites.get(key)
+        if site is None:
+            if len(self._sites) > 100_000:
+                self._sites.clear()
+            line = line if type(line) is int and line >= 0 else 0  # (a caller's own, past the processor's check)
+            site = self._sites[key] = f" {tid} {_file_text(file)}:{line}] [rank {rank}] "
+        return f"{stamp[1][severity]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}"
+
+    def records(
+        self, ts: int, severity: str, tid: int, file: str, line: int, rank: int, records: Iterable[tuple[Any, str]]
+    ) -> bytes:
+        """Records made at one moment at one call site, each `(message, pairs)` (`pairs`: `pairs()` of its
+        fields), as one piece of bytes."""
+        prefix = self.prefix(ts, severity, tid, file, line, rank)
+        texts = []
+        for event, fields in records:
+            message = event if type(event) is str else message_of(event)
+            if (
+                message.isprintable()
+                and message[:1] != '"'
+                and ("=" not in message or _peel(message, len(message)) is None)
+            ):
+                texts.append(f"{prefix}{message}{fields}\n")  # (record_text's first case, inlined)
+            else:
+                texts.append(record_text(prefix, message, fields))
+        text = texts[0] if len(texts) == 1 else "".join(texts)
+        try:
+            return text.encode()
+        except UnicodeEncodeError:  # a lone surrogate in a file name: kept visible, escaped
+            return text.encode("utf-8", "backslashreplace")
+
+    def header(self, meta: dict[str, Any]) -> bytes:
+        """glog's header lines and the meta record (2.1, 2.6)."""
+        created = time.localtime(meta["created_us"] // 1_000_000)
+        head = (
+            f"{HEADER_CREATED}{time.strftime('%Y/%m/%d %H:%M:%S', created)}\n"
+            f"{HEADER_MACHINE}{_file_text(meta['host'])}\n{HEADER_FORMAT}\n"
+        )
+        prefix = self.prefix(meta["created_us"], "I", meta["tid"], OWN_FILE, OWN_LINE, meta["rank"])
+        return f"{head}{prefix}{META_EVENT} {dumps(meta).decode()}\n".encode()
+
+
+def record_text(prefix: str, message: str, fields: str) -> str:
+    """A whole record: its first line up to the body (`prefix`), the message, the fields (`pairs_of()`)."""
+    first, rest, count = message_lines(message)
+    if count:
+        return f"{prefix}{first}{fields} {COUNT_NAME}={count}\n{rest}\n"
+    return f"{prefix}{first}{fields}\n"
+
+
+def prefix_text(severity: str, stamp: str, tid: Any, file: Any, line: Any, rank: int) -> str:
+    """A first line up to its body, for a record from elsewhere (`stamp`: `mmdd hh:mm:ss.uuuuuu`)."""
+    severity = severity if severity in SEVERITIES and severity else "I"
+    tid_text = str(tid) if type(tid) is int else _file_text(tid).replace(" ", "?") or "0"
+    return f"{severity}{stamp} {tid_text} {_file_text(file)}:{line if type(line) is int else 0}] [rank {rank}] "
+
+
+def json_to_glog(record: dict[str, Any], rank: int, stamp: str) -> str:
+    """A JSON-lines record as the glog text of the same record (3.1 to 2.2)."""
+    prefix = prefix_text(
+        str(record.get(SEVERITY) or "I")[:1],
+        stamp,
+        record.get(TID, 0),
+        record.get(FILE, "?"),
+        record.get(LINE, 0),
+        rank,
+    )
+    meta = meta_of(record)
+    if meta is not None:
+        return f"{prefix}{META_EVENT} {dumps(meta).decode()}\n"
+    fields = {k: v for k, v in record.items() if k not in PREFIX_FIELDS and (k != V or v is not None)}
+    return record_text(prefix, message_of(record.get(EVENT)), pairs_of(fields))
+
+
+def merged_header(created: str, hosts: list[str], what: str, metas: list[dict[str, Any]]) -> bytes:
+    """The header of a merged timeline (2.1): `created` as YYYY/MM/DD hh:mm:ss, `what` it merged."""
+    who = [{k: m.get(k) for k in _WHO} for m in metas]
+    return (
+        f"{HEADER_CREATED}{created}\n{HEADER_MACHINE}{_file_text(','.join(hosts) or 'unknown')}\n"
+        f"{MERGED_MARK} {what}\n{PROCESSES_MARK} {dumps(who).decode()}\n{HEADER_FORMAT}\n"
+    ).encode()
+
+
+# -- JSON lines: writing (3) -----------------------------------------------------------------------------------
+def json_record(record: dict[str, Any]) -> bytes:
+    """One record as a JSON line (its message a str, 2.4's last rule)."""
+    if type(record.get(EVENT)) is not str:
+        record[EVENT] = message_of(record.get(EVENT))
+    return dumps(record, orjson.OPT_APPEND_NEWLINE)
+
+
+def json_header(meta: dict[str, Any]) -> bytes:
+    return json_record(meta_record(meta))
+
+
+# -- the meta record (2.6) ------------------------------------------------------------------------------------
+CLOCK_SLOT_WIDTH = 64
+CLOCK_SLOTS = ("clock_start", "clock_end")
+_WHO = ("run_id", "rank", "pid", "world_size")  # what a meta record says about the process that wrote it
+
+
+def clock_slot(offset_us: float, uncertainty_us: float, ts_us: int) -> str:
+    text = f"{offset_us:.1f} {uncertainty_us:.1f} {ts_us}"
+    return text.ljust(CLOCK_SLOT_WIDTH)[:CLOCK_SLOT_WIDTH]
+
+
+def clock_of_slot(text: Any) -> tuple[float, int] | None:
+    """(offset µs, measured at µs) from a clock slot, None when it is blank or not one."""
+    parts = str(text or "").split()
+    try:
+        return (float(parts[0]), int(parts[2])) if len(parts) >= 3 else None
+    except ValueError:
+        return None
+
+
+def clock_slot_offsets(header: bytes) -> dict[str, int]:
+    """Where each clock slot's text starts in the header bytes, to rewrite it in place."""
+    return {slot: header.index(f'"{slot}":"'.encode()) + len(slot) + 4 for slot in CLOCK_SLOTS}
+
+
+def make_meta(
+    *, rank: int, world_size: int, host: str, pid: int, tid: int, run_id: str, fmt: str, created_us: int
+) -> dict[str, Any]:
+    local = time.localtime(created_us // 1_000_000)
+    return {
+        "distvlog": VERSION,
+        "format": fmt,
+        "rank": rank,
+        "world_size": world_size,
+        "host": host,
+        "pid": pid,
+        "tid": tid,
+        "run_id": run_id,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S", local) + f".{created_us % 1_000_000:06d}",
+        "created_us": created_us,
+        "utc_offset_s": local.tm_gmtoff,
+        "clock_start": clock_slot(0.0, 0.0, created_us),
+        "clock_end": " " * CLOCK_SLOT_WIDTH,
+    }
+
+
+def meta_record(meta: dict[str, Any]) -> dict[str, Any]:
+    """The meta record as a JSON-lines record (the glog one is written by GlogWriter.header)."""
+    return {
+        TS: meta["created_us"],
+        SEVERITY: "I",
+        RANK: meta["rank"],
+        WORLD_SIZE: meta["world_size"],
+        TID: meta["tid"],
+        FILE: OWN_FILE,
+        LINE: OWN_LINE,
+        EVENT: META_EVENT,
+        META_FIELD: meta,
+    }
+
+
+def _valid_meta(meta: Any) -> dict[str, Any] | None:
+    return meta if isinstance(meta, dict) and type(meta.get(RANK)) is int and meta[RANK] >= 0 else None
+
+
+def meta_of(record: GlogRecord | dict[str, Any]) -> dict[str, Any] | None:
+    """The metadata of a meta record (a parsed glog record or a JSON-lines object), None for any other."""
+    if isinstance(record, GlogRecord):
+        if (record.file, record.line) != (OWN_FILE, OWN_LINE) or not record.message.startswith(META_EVENT + " {"):
+            return None
+        try:
+            return _valid_meta(loads(record.message[len(META_EVENT) + 1 :]))
+        except ValueError:
+            return None
+    if record.get(EVENT) != META_EVENT or (record.get(FILE), record.get(LINE)) != (OWN_FILE, OWN_LINE):
+        return None
+    return _valid_meta(record.get(META_FIELD))
+
+
+def processes_line_metas(line: bytes) -> list[dict[str, Any]] | None:
+    """The processes a merged timeline's `Merged processes:` header line lists; None for another line or
+    one cut short."""
+    if not line.startswith(PROCESSES_MARK.encode()):
+        return None
+    try:
+        listed = loads(line[len(PROCESSES_MARK) :])
+    except ValueError:
+        return None
+    return listed if isinstance(listed, list) and all(_valid_meta(m) for m in listed) else None
+
+
+# -- reading: header lines, glog records, JSON lines (2, 3) -------------------------------------------------------
+_HEADER_LINE = re.compile(rb"^(?:" + b"|".join(re.escape(label.encode()) for label in HEADER_LABELS) + rb")")
+_CREATED = re.compile(rb"^" + re.escape(HEADER_CREATED.encode()) + rb"(\d{4})/(\d\d)/(\d\d) ")
+_FIRST_LINE = re.compile(r"([IWEF])(\d{4} \d\d:\d\d:\d\d\.\d{6}) +(\S+) (.*?):(\d+)\] (?:\[rank (\d+)\] )?")
+
+
+def is_header_line(line: bytes) -> bool:
+    """One of glog's (or a merged timeline's) header lines (2.1)."""
+    return _HEADER_LINE.match(line) is not None
+
+
+def created_year(lines: list[bytes]) -> int | None:
+    """The year of a `Log file created at:` line among header lines."""
+    for line in lines:
+        match = _CREATED.match(line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def host_of(lines: list[bytes]) -> str | None:
+    """The host of a `Running on machine:` line among header lines."""
+    for line in lines:
+        if line.startswith(HEADER_MACHINE.encode()):
+            return line[len(HEADER_MACHINE) :].decode("utf-8", "replace").strip() or None
+    return None
+
+
+def is_merged(lines: list[bytes]) -> bool:
+    return any(line.startswith(MERGED_MARK.encode()) for line in lines)
+
+
+def meta_of_head(head: bytes) -> dict[str, Any] | None:
+    """The metadata of a file from its first bytes (its header and first record), None when its first record
+    is not a meta record (another program's file, a merged timeline, one cut short)."""
+    for line in head.split(b"\n")[:-1]:  # (the last piece may be cut)
+        if is_header_line(line):
+            continue
+        if line[:1] == b"{":
+            record = parse_json(line)
+            return None if record is None else meta_of(record)
+        parsed = parse_glog(line.decode("utf-8", "replace"))
+        return None if parsed is None else meta_of(parsed)
+    return None
+
+
+class GlogRecord(NamedTuple):
+    severity: str
+    stamp: str  # `mmdd hh:mm:ss.uuuuuu`, local time
+    tid: int | str
+    file: str
+    line: int
+    rank: int | None  # from the `[rank R]` tag (None for another program's record without one)
+    message: str  # continuation lines included
+    fields: dict[str, Any]
+    count: int  # the continuation lines the record declares (0: none declared)
+
+
+def parse_glog(text: str) -> GlogRecord | None:
+    """One glog record (its first line and continuation lines, without the last "\\n") into its parts; None
+    when the first line does not start a record."""
+    first, nl, rest = text.partition("\n")
+    match = _FIRST_LINE.match(first)
+    if not match:
+        return None
+    severity, stamp, tid, file, line, rank = match.groups()
+    body = split_body(first[match.end() :])
+    return GlogRecord(
+        severity,
+        stamp,
+        int(tid) if tid.isdigit() else tid,
+        file,
+        int(line),
+        None if rank is None else int(rank),
+        body.message + nl + rest,
+        body.fields,
+        body.count,
+    )
+
+
+def declared_count(first_line: bytes) -> int:
+    """The continuation lines a record's first line declares (2.3), 0 when it declares none."""
+    at = first_line.rfind(COUNT_TEXT.encode())
+    digits = first_line[at + len(COUNT_TEXT) :] if at >= 0 else b""
+    return int(digits) if digits.isdigit() and digits.isascii() else 0
+
+
+def parse_json(line: bytes) -> dict[str, Any] | None:
+    """One JSON-lines record into its object (3.2 applied); None when it is not a JSON object."""
+    try:
+        value = loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# -- what tools look for in glog text, without decoding records ----------------------------------------------------
+_TAG = re.escape(RANK_TAG_OPEN.encode()) + rb"(\d+)" + re.escape(RANK_TAG_CLOSE.encode())  # (a regex's text)
+RANK_TAG_PATTERN = re.compile(rb"\] " + _TAG)  # a tag where a prefix ends
+
+
+def texts_pattern(*texts: str) -> re.Pattern[bytes]:
+    """A regex finding any of `texts` in glog text (to pick the records worth decoding)."""
+    return re.compile(b"|".join(re.escape(t.encode()) for t in texts))
+
+
+def messages_pattern(*events: str) -> re.Pattern[bytes]:
+    """A regex finding the glog records whose message is, or starts with, one of `events` followed by a space
+    or the end of the line."""
+    alternatives = b"|".join(re.escape(e.encode()) for e in events)
+    return re.compile(rb"\] " + _TAG + rb"(?:" + alternatives + rb")(?=[ \n]|$)", re.M)
+
+
+def own_record_pattern(message: str) -> re.Pattern[bytes]:
+    """A regex finding the logger's own record (at distvlog:0) with exactly this plain message."""
+    site = re.escape(f" {OWN_FILE}:{OWN_LINE}] ".encode())
+    return re.compile(site + _TAG + re.escape(message.encode()) + rb"\n")
+
+
+def field_pattern(name: str) -> re.Pattern[bytes]:
+    """A regex finding a field `name=` (bare name) in glog text."""
+    return re.compile(rb" " + re.escape(name_text(name).encode()) + rb"=")
