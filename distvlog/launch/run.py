@@ -60,12 +60,19 @@ def _pmi_abort(code: int) -> None:
     time.sleep(SIGNAL_GRACE_S)
 
 
+def _say(line: str) -> None:
+    """A line on stderr in one write: every rank writes to the same stream, and print() writes the text and
+    its newline apart, so two ranks' lines would interleave."""
+    sys.stderr.write(line)
+    sys.stderr.flush()
+
+
 def _report_exit(exc: SystemExit) -> int:
     """A non-zero `sys.exit()`: printed as Python would and logged as an F record where it was called, so
     `distvlog launch` names the rank and its reason (the job is aborted before Python could print it)."""
     status, message = (int(exc.code), "") if isinstance(exc.code, int) else (1, f": {exc.code}")
     if message:
-        print(exc.code, file=sys.stderr)
+        _say(f"{exc.code}\n")
     log_failure(f"exited with status {status}{message}", exc, exc.__traceback__)
     return status
 
@@ -75,7 +82,7 @@ def _report_interrupt(exc: KeyboardInterrupt) -> int:
     per rank) and a W record with its stack, so that `distvlog launch` names the place; 130, as a shell says."""
     where = log_interrupt(exc)
     place = f" at {os.path.basename(where.filename)}:{where.lineno}" if where is not None else ""
-    print(f"distvlog: rank {IDENTITY.rank}: KeyboardInterrupt{place}", file=sys.stderr, flush=True)
+    _say(f"distvlog: rank {IDENTITY.rank}: KeyboardInterrupt{place}\n")
     return 128 + signal.SIGINT
 
 
