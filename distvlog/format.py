@@ -32,11 +32,11 @@ written from it alone reads every file distvlog writes.
     A line starts a record when it begins with the prefix up to the TID; any other line continues one.
 
 2.3 BODY = MESSAGE FIELDS [" +lines=" COUNT]
-    FIELDS is zero or more `" " NAME "=" VALUE` pairs (2.5); `+lines` is the number of continuation lines
-    (present only when there are some: its absence means none).
-    A reader splits BODY from the right: it takes off the last `" " NAME "=" VALUE` as long as there is one
-    (a bare NAME `+lines` with an integer VALUE, the last of them, is the count), and what is left is
-    MESSAGE. Taking a pair off the right is never ambiguous (2.5).
+    FIELDS is zero or more `" " NAME "=" VALUE` pairs (2.5); COUNT is the number of continuation lines, in
+    ASCII digits (present only when there are some: its absence means none). The count can be found without
+    reading the body: a first line whose last bytes are a space, `+lines=` and digits declares that many.
+    A reader splits BODY from the right: it takes off the count, then the last `" " NAME "=" VALUE` as long
+    as there is one, and what is left is MESSAGE. Taking a pair off the right is never ambiguous (2.5).
 
 2.4 MESSAGE is written as it is when it is PLAIN:
       - it does not start with `"`;
@@ -44,15 +44,16 @@ written from it alone reads every file distvlog writes.
         separator, no lone surrogate);
       - no line but the first could be taken for a record start (none starts with one of `IWEF` or `[`
         followed by a digit or by one of `IWEF`);
-      - its first line does not end with `" " NAME "=" VALUE` (it would be read as a field).
+      - its first line does not end with `" " NAME "=" VALUE` (it would be read as a field) and is not
+        `+lines=` and digits (it would be read as the count).
     A plain multi-line message is written as its first line (then the fields and the count) and its other
     lines as continuation lines, as glog does: tracebacks and tensor dumps stay readable. Any other message
     is written as one JSON string literal (RFC 8259, with every non-printable character escaped as \\uXXXX),
     on the first line: a message that starts with `"` is always such a literal. A message that is not a
     str is written as its str() (None as the empty message).
 
-2.5 NAME is bare when it is a non-empty printable text without space, `=` or `"` and is not `+lines`;
-    else it is a JSON string literal (as in 2.4). VALUE, by the value's type:
+2.5 NAME is bare when it is a non-empty printable text without space, `=` or `"`, does not end with `]`
+    or `}` and is not `+lines`; else it is a JSON string literal (as in 2.4). VALUE, by the value's type:
       - int: decimal (`-12`); float: Python's repr (`0.25`, `1e-05`, `nan`, `inf`, `-inf`);
         bool: `True` / `False`; None: `None`;
       - str: bare when it is non-empty and printable, has no space, `=` or `"`, does not end with `]` or `}`,
@@ -88,7 +89,9 @@ written from it alone reads every file distvlog writes.
     JSON mapping spells them). A str that equals one of those, or starts with NUL, is written with one NUL
     (\\u0000) in front; a reader turns the three strings back into floats and takes one leading NUL off
     any other string. Tuples are arrays, numpy arrays their nested lists, numpy scalars Python numbers,
-    keys that are not str their str(), anything else its str(). Lone surrogates are escaped (\\udXXX).
+    keys that are not str their str(), anything else its str(). Lone surrogates are escaped (\\udXXX); a high
+    surrogate followed by a low one is, in JSON, the character the pair encodes, and reads back as it (this
+    holds for every text written as a JSON string, in glog text too).
 
 4. FIELD NAMES
    A record's own fields are `ts`, `severity`, `rank`, `world_size`, `tid`, `file`, `line` and `event`
@@ -438,7 +441,13 @@ def name_text(name: Any) -> str:
     text = _names.get(name)
     if text is None:
         key = name if type(name) is str else _text(name)
-        plain = key and key.isprintable() and not (" " in key or "=" in key or '"' in key) and key != COUNT_NAME
+        plain = (
+            key
+            and key.isprintable()
+            and not (" " in key or "=" in key or '"' in key)
+            and key[-1] not in "]}"
+            and key != COUNT_NAME
+        )
         text = key if plain else json_string(key)
         if type(name) is str and len(_names) < 10_000:
             _names[name] = text
@@ -473,9 +482,17 @@ def _looks_like_start(line: str) -> bool:
     return len(head) > 1 and head[0] in SEVERITIES and head[1] in "0123456789"
 
 
+def _reads_back(first: str) -> bool:
+    """Whether a message's first line that contains `=` reads back as itself (2.4's last rule)."""
+    if _peel(first, len(first)) is not None:
+        return False
+    digits = first[len(COUNT_NAME) + 1 :] if first.startswith(COUNT_NAME + "=") else ""
+    return not (digits.isdigit() and digits.isascii())
+
+
 def message_lines(message: str) -> tuple[str, str, int]:
     """(first line, the continuation lines joined by "\\n", how many) of a message, as written (2.4)."""
-    if message.isprintable() and message[:1] != '"' and ("=" not in message or _peel(message, len(message)) is None):
+    if message.isprintable() and message[:1] != '"' and ("=" not in message or _reads_back(message)):
         return message, "", 0
     lines = message.split("\n")
     first = lines[0]
@@ -483,7 +500,7 @@ def message_lines(message: str) -> tuple[str, str, int]:
         first[:1] == '"'
         or not all(line.isprintable() for line in lines)
         or any(_looks_like_start(line) for line in lines[1:])
-        or ("=" in first and _peel(first, len(first)) is not None)
+        or ("=" in first and not _reads_back(first))
     ):
         return json_string(message), "", 0
     return first, "\n".join(lines[1:]), len(lines) - 1
@@ -574,11 +591,12 @@ def _read_string(token: str) -> str:
 
 
 def _read_value(token: str) -> Any:
-    """A VALUE token back into its Python value (2.5)."""
-    first = token[0]
-    if first == '"':
+    """A VALUE token back into its Python value (2.5): what it is, its last character says (a bare token
+    may start with `[` or `{`)."""
+    last = token[-1]
+    if last == '"':
         return _read_string(token)
-    if first == "[" or first == "{":
+    if last == "]" or last == "}":
         value = loads(token)
         if type(value) not in (list, dict):
             raise ValueError("not a JSON array or object")
@@ -605,11 +623,10 @@ def split_body(body: str) -> Body:
     """A record's first line after its `[rank R] ` tag: message, fields and declared line count (2.3)."""
     end = len(body)
     found: list[tuple[str, Any]] = []
-    count = 0
+    count = declared_count(body.encode("utf-8", "surrogatepass")) if "=" in body else 0
+    if count:
+        end = max(body.rfind(COUNT_TEXT), 0)  # (the tag's space precedes a body that is only the count)
     peeled = _peel(body, end) if "=" in body else None
-    if peeled is not None and peeled[3] and peeled[1] == COUNT_NAME and type(peeled[2]) is int:
-        count, end = peeled[2], peeled[0]
-        peeled = _peel(body, end)
     while peeled is not None:
         found.append((peeled[1], peeled[2]))
         end = peeled[0]
@@ -678,11 +695,7 @@ class GlogWriter:
         texts = []
         for event, fields in records:
             message = event if type(event) is str else message_of(event)
-            if (
-                message.isprintable()
-                and message[:1] != '"'
-                and ("=" not in message or _peel(message, len(message)) is None)
-            ):
+            if message.isprintable() and message[:1] != '"' and ("=" not in message or _reads_back(message)):
                 texts.append(f"{prefix}{message}{fields}\n")  # (record_text's first case, inlined)
             else:
                 texts.append(record_text(prefix, message, fields))
@@ -928,9 +941,10 @@ def parse_glog(text: str) -> GlogRecord | None:
 
 
 def declared_count(first_line: bytes) -> int:
-    """The continuation lines a record's first line declares (2.3), 0 when it declares none."""
-    at = first_line.rfind(COUNT_TEXT.encode())
-    digits = first_line[at + len(COUNT_TEXT) :] if at >= 0 else b""
+    """The continuation lines a record's first line (or its body) declares (2.3), 0 when it declares none."""
+    name = COUNT_TEXT[1:].encode()
+    at = first_line.rfind(name)
+    digits = first_line[at + len(name) :] if at >= 0 and (at == 0 or first_line[at - 1 : at] == b" ") else b""
     return int(digits) if digits.isdigit() and digits.isascii() else 0
 
 

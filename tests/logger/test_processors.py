@@ -4,8 +4,9 @@ record), bind_context fields, loggers bound with initial values."""
 from __future__ import annotations
 
 import ast
+import shutil
 
-from logger_testkit import read_jsonl
+from logger_testkit import REPO, line_of, read_jsonl
 
 PROCESSORS = """
 import threading
@@ -78,3 +79,47 @@ def test_a_lone_file_or_line_field_gives_way_to_the_call_site(scripts):
     )
     run = scripts.run(code)
     assert [(r.first, r.file, r.line) for r in run.records()] == [("a", "script.py", 3), ("b", "script.py", 4)]
+
+
+def test_a_call_site_override_of_the_wrong_type_gives_way_to_the_call_site(scripts):
+    """A `ts`, `file` or `line` the glog prefix could not hold (format section 4) is replaced, never written."""
+    code = (
+        "import distvlog.logger as dlog\nlog = dlog.get_logger()\n"
+        "log.info('a', file='f.py', line='12] forged')\nlog.info('b', file=3, line=4)\nlog.info('c', ts='now')\n"
+    )
+    run = scripts.run(code)
+    assert [(r.first, r.file, r.line) for r in run.records()] == [
+        ("a", "script.py", 3),
+        ("b", "script.py", 4),
+        ("c", "script.py", 5),
+    ]
+
+
+LAYERS = """
+def add(a, b):
+    return a + b  # @promote
+
+
+def fail():
+    raise ValueError("failed in a sibling folder")  # @raise
+"""
+TRAIN = """
+import distvlog as dv
+from distvlog_examples.layers import add, fail
+add(dv.ones([2], dtype="float32"), dv.ones([2], dtype="float64"))
+fail()
+"""
+
+
+def test_a_module_in_a_folder_named_like_the_package_is_the_users(scripts, tmp_path):
+    """`distvlog_examples/` beside `distvlog/` holds the user's code: the type-promotion warning and the
+    failure record point at its lines, not at its caller's (the package's directory is compared with its
+    trailing separator)."""
+    shutil.copytree(REPO / "distvlog", tmp_path / "distvlog", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "distvlog_examples").mkdir()
+    scripts.write(LAYERS, "distvlog_examples/layers.py")
+    run = scripts.run(TRAIN, env={"PYTHONPATH": str(tmp_path)}, rc=1)
+    assert [(r.severity, r.file, r.line) for r in run.records()] == [
+        ("W", "layers.py", line_of(LAYERS, "promote")),
+        ("F", "layers.py", line_of(LAYERS, "raise")),
+    ]

@@ -193,6 +193,40 @@ def test_a_file_cut_anywhere_keeps_exactly_its_whole_records(tmp_path, glog_run,
         assert sources[0].counts.torn == (cut not in ends)
 
 
+def test_padding_in_the_middle_cuts_the_record_before_it_and_no_other(tmp_path):
+    """A memory-mapped writer killed mid-copy: one record's bytes end early and NULs fill its reserved space,
+    while records after it were copied whole. Only the cut one is torn: a single-line record cut mid-line,
+    and a multi-line one short of its declared lines."""
+    records = [(T0 + i, f"I r{i}" + ("\n  more\n  and more" if i % 2 else "")) for i in range(6)]
+    text = ours(0, records).encode()
+
+    def unwritten(data: bytes, start: int, end: int) -> bytes:  # a record's reserved bytes from `start` on
+        return data[:start] + b"\0" * (end - start) + data[end:]
+
+    r2 = text.index(b"] r2") + 3  # inside the single-line record r2: its "2" and newline never written
+    text = unwritten(text, r2, text.index(b"\n", r2) + 1)
+    r3 = text.index(b"  and more", text.index(b"] r3"))  # r3 has its first two lines of three
+    damaged = unwritten(text, r3, text.index(b"\n", r3) + 1)
+    (tmp_path / "rank-0.log").write_bytes(damaged)
+    sources = open_sources([str(tmp_path / "rank-0.log")])
+    got = [r.event for r in read_records(sources)][1:]
+    assert got == ["r0", "r1\n  more\n  and more", "r4", "r5\n  more\n  and more"]
+    assert sources[0].counts.torn == 2 and sources[0].counts.skipped == {"in torn records": 1 + 2}
+
+
+@pytest.mark.parametrize("padding", [0, 100])
+def test_json_lines_cut_anywhere_keep_exactly_their_whole_records(tmp_path, jsonl_run, padding):
+    data = (jsonl_run / "rank-1.jsonl").read_bytes()
+    full = records([jsonl_run / "rank-1.jsonl"])
+    ends = [i + 1 for i, byte in enumerate(data) if byte == 10]
+    for cut in range(len(data) - 400, len(data) + 1, 7):
+        (tmp_path / "rank-1.jsonl").write_bytes(data[:cut] + b"\0" * padding)
+        sources = open_sources([str(tmp_path / "rank-1.jsonl")])
+        got = list(read_records(sources))
+        assert [(r.ts, r.event, r.fields) for r in got] == [(r.ts, r.event, r.fields) for r in full[: len(got)]]
+        assert len(got) == sum(end <= cut for end in ends) and sources[0].counts.torn == (cut not in ends)
+
+
 @pytest.mark.parametrize("cut", [20, 100, 300, 400])  # in glog's header lines, then in the distvlog-meta line
 def test_a_file_cut_short_inside_its_header_has_no_records_and_no_crash(tmp_path, glog_run, cut):
     data = (glog_run / "rank-1.log").read_bytes()[:cut]
