@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from .errors import InputError
-from .logger._sink import SINK
+from .logger import SINK
 
 COMMAND_MODULES = ("distvlog.launch.command", "distvlog.tools.merge", "distvlog.tools.trace", "distvlog.tools.diff")
 
@@ -21,13 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.set_defaults(commands=sub.choices)  # each command's parser, for its own usage in errors
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue  # a command not built yet
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -771,7 +771,8 @@ def json_header(meta: dict[str, Any]) -> bytes:
 
 # -- the meta record (2.6) ------------------------------------------------------------------------------------
 CLOCK_SLOT_WIDTH = 64
-CLOCK_SLOTS = ("clock_start", "clock_end")
+CLOCK_START, CLOCK_END = "clock_start", "clock_end"  # measured when the run starts, when it ends
+CLOCK_SLOTS = (CLOCK_START, CLOCK_END)
 _WHO = ("run_id", "rank", "pid", "world_size")  # what a meta record says about the process that wrote it
 
 

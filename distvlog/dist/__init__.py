@@ -7,6 +7,7 @@ through the environment), only without clock offsets: a lazy start must never wa
 
 from __future__ import annotations
 
+from ..format import CLOCK_END, CLOCK_START
 from ..logger import IDENTITY, SINK, configure, default_run_id, get_logger, unbind_context
 from . import clock, comm
 from .parallel import DataParallel, DataParallelError, check_finalize
@@ -36,7 +37,7 @@ def init(*, log_dir: str | None = None, format: str | None = None, run_id: str |
     elif SINK.run_id != shared:
         _log.warning(f"this rank already logs to run {SINK.run_id}, rank 0 to run {shared}: call "
                      "distvlog.init() before the first log record")
-    offset, uncertainty = clock.record(private, "clock_start")
+    offset, uncertainty = clock.record(private, CLOCK_START)
     _log.info("dist init", world_size=world.size, run_id=shared, clock_offset_us=round(offset, 1),
               clock_uncertainty_us=round(uncertainty, 1))
     _state["initialized"] = True
@@ -53,7 +54,7 @@ def finalize(*, gather: bool = False) -> None:
     check_finalize()
     init()
     private = comm.private("session")
-    clock.record(private, "clock_end")
+    clock.record(private, CLOCK_END)
     if gather:
         from .gather import gather as gather_files
 

@@ -1,13 +1,17 @@
 """distvlog's logging backend: structlog pipeline, glog / JSON-lines renderers, one file per rank.
 
-What other packages use is here: loggers and verbosity, the rank's identity and file, the engine's batch
-line writer (`LineWriter`, with `SINK.signals_held` around a node's lines), the records the launcher writes
-about a rank's end, and whether a frame is distvlog's or the user's (`is_distvlog_file`)."""
+What other packages use is here: loggers and verbosity (`level_for`; a logger's `vlog_is_on` checks the
+highest level in force first), settings from the environment (`read_env`: a bad value is named once, never
+fatal), the rank's identity and file, the engine's batch line writer (`LineWriter`, with
+`SINK.signals_held` around a node's lines), the records the launcher writes about a rank's end, and whether
+a frame is distvlog's or the user's (`is_distvlog_file`, `PACKAGE_DIR`)."""
 
 from __future__ import annotations
 
 from . import _lifecycle
 from ._clock import now_us
+from ._env import boolean as env_boolean
+from ._env import read as read_env
 from ._identity import IDENTITY, LAUNCHER_VARS, rank_from_env
 from ._lifecycle import FLUSH_INTERVAL_S, SIGNAL_GRACE_S, log_at, log_failure, log_interrupt
 from ._logger import LineWriter, Logger, add_processor, bind_context, get_logger, unbind_context
@@ -53,6 +57,7 @@ __all__ = [
     "code_site",
     "configure",
     "default_run_id",
+    "env_boolean",
     "flush",
     "get_logger",
     "is_distvlog_file",
@@ -64,6 +69,7 @@ __all__ = [
     "log_interrupt",
     "now_us",
     "rank_from_env",
+    "read_env",
     "set_vlog_level",
     "unbind_context",
     "vlog_guard",

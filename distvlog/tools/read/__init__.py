@@ -1,7 +1,7 @@
 """Reading records: the one reader behind `merge`, `trace`, `diff` and the launcher's report.
 
     sources = open_sources(["distvlog_logs"])          # a log root, run directory, files (.gz too)
-    for record in read_records(sources, where=re.compile(rb"grad_stats")):
+    for record in read_records(sources, where=format.messages_pattern(format.GRAD_STATS)):
         record.rank, record.ts, record.fields["norm"]
 
 A `Source` is one input file: our per-rank files (glog text or JSON lines, with a header giving rank, host,
