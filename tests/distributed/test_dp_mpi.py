@@ -1,11 +1,15 @@
-"""DataParallel on real MPI ranks: identical replicas, debug checks that fail loudly instead of hanging."""
+"""DataParallel on real MPI ranks: identical replicas, debug checks that fail loudly instead of hanging
+(dv.finalize() among them), unused parameters, constructor arguments and boolean settings."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+
+import distvlog as dv
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -113,3 +117,84 @@ def test_a_reused_run_id_keeps_every_rank_of_the_new_job_together(run_mpi, rank_
     assert sorted(second) == [0, 1, 2, 3]
     assert {Path(r["path"]).parent.name for r in second.values()} == {"reused.1"}
     assert sorted(p.name for p in (tmp_path / "logs" / "reused").iterdir()) == ["rank-0.log", "rank-1.log"]
+
+
+# -- dv.finalize() joins debug mode's checks ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kind,overlap,where",
+    [
+        ("skip", "sync", "at allreduce of bucket 0 of step 2 of DataParallel 0 on rank 0, at dv.finalize() on rank 1"),
+        (
+            "skip",
+            "overlap",
+            "at allreduce of bucket 0 of step 2 of DataParallel 0 on rank 0, at dv.finalize() on rank 1",
+        ),
+        ("extra", "sync", "at dv.finalize() on rank 0, at allreduce of bucket 0 of step 3 of DataParallel 0 on rank 1"),
+        (
+            "second",
+            "sync",
+            "at allreduce of bucket 0 of step 2 of DataParallel 1 on rank 0, at dv.finalize() on rank 1",
+        ),
+        ("debug1", "sync", "at the initial broadcast in debug mode on rank 0, at the initial broadcast on rank 1"),
+    ],
+)
+def test_a_rank_elsewhere_than_finalize_is_an_error_on_every_rank(run_mpi, rank_results, kind, overlap, where):
+    got = rank_results(run_mpi(2, "finalize_checks", kind, overlap))
+    assert sorted(got) == [0, 1]
+    for r in got.values():
+        assert r["error"].startswith("DataParallel check before ") and r["error"].endswith(where), r["error"]
+
+
+def test_finalize_in_debug_mode_passes_when_every_rank_is_there(run_mpi, rank_results):
+    got = rank_results(run_mpi(2, "finalize_checks", "none", "overlap"))
+    assert got == {0: {"error": None}, 1: {"error": None}}
+
+
+# -- finalize flushes before it waits ----------------------------------------------------------------------
+def test_a_rank_killed_while_waiting_in_finalize_keeps_its_last_record(run_mpi, tmp_path):
+    proc = run_mpi(2, "killed_in_finalize", env={"DISTVLOG_FLUSH_INTERVAL": "1000"})  # no timer flush
+    assert proc.returncode != 0  # rank 0 was SIGKILLed
+    said = json.loads((tmp_path / "results" / "rank-0.json").read_text())
+    assert "rank 0's last record before finalize" in Path(said["path"]).read_text(), proc.stderr
+
+
+# -- unused parameters ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overlap,bucket_bytes", [("sync", "100000"), ("overlap", "16"), ("overlap", "100000")])
+def test_unused_parameters_match_a_single_process_reference(run_mpi, rank_results, overlap, bucket_bytes):
+    got = rank_results(run_mpi(2, "unused", overlap, bucket_bytes))
+    assert sorted(got) == [0, 1]
+    for r in got.values():
+        assert r["params"] == r["reference"]  # bit for bit
+        assert r["has_grad"] == [[True, True, True, False]] * 3  # p2: rank 0 used it; p3: no rank did
+        assert r["unused_moved"] == 0.0  # Adam's weight decay never saw p3
+
+
+# -- constructor arguments ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"check_every": 0}, "check_every must be an integer >= 1 (steps between parameter hash checks), got 0"),
+        ({"check_every": 2.5}, "check_every must be an integer >= 1 (steps between parameter hash checks), got 2.5"),
+        ({"comm_buffer_size": 0}, "comm_buffer_size must be a positive number of MB, got 0"),
+        ({"comm_buffer_size": float("inf")}, "comm_buffer_size must be a positive number of MB, got inf"),
+        ({"comm_buffer_size": "25"}, "comm_buffer_size must be a positive number of MB, got '25'"),
+    ],
+)
+def test_bad_constructor_arguments_are_named_before_any_communication(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        dv.DataParallel(dv.nn.Linear(2, 2), debug=True, **kwargs)
+    assert str(info.value) == f"DataParallel: {message}"
+
+
+# -- boolean environment variables -------------------------------------------------------------------------
+def test_boolean_variables_mean_what_they_say(run_mpi, rank_results):
+    values = ["1", "TRUE", "yes", "On", "0", "False", "no", "OFF", "maybe"]
+    proc = run_mpi(1, "flags", *values)
+    got = rank_results(proc)[0]
+    expected = [True] * 4 + [False] * 5
+    assert got == {"debug": expected, "echo": expected}
+    for name in ("DISTVLOG_DP_DEBUG", "DISTVLOG_ALSOLOGTOSTDERR"):
+        assert (
+            f"distvlog: ignoring {name}='maybe': not one of 1/true/yes/on or 0/false/no/off (using False)\n"
+            in proc.stderr
+        )
