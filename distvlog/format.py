@@ -29,7 +29,7 @@ written from it alone reads every file distvlog writes.
     record's `utc_offset_s` gives its zone) with microseconds; the meta record's `created` gives the year.
     TID is the native thread id, LINE and R are decimal. FILE is the call site's file name; characters
     that would break the line (controls, ":") are written as "?".
-    A line starts a record when it begins with the prefix up to the TID; any other line continues one.
+    A line starts a record when it begins with L, the time and a space; any other line continues one.
 
 2.3 BODY = MESSAGE FIELDS [" +lines=" COUNT]
     FIELDS is zero or more `" " NAME "=" VALUE` pairs (2.5); COUNT is the number of continuation lines, in
@@ -42,8 +42,8 @@ written from it alone reads every file distvlog writes.
       - it does not start with `"`;
       - every line of it is printable (`str.isprintable()`: no control character, no line or paragraph
         separator, no lone surrogate);
-      - no line but the first could be taken for a record start (none starts with one of `IWEF` or `[`
-        followed by a digit or by one of `IWEF`);
+      - no line but the first could be taken for a record start, ours or another program's (none starts
+        with one of `IWEF` and a digit, or with `[`, one of `IWEF` and a digit);
       - its first line does not end with `" " NAME "=" VALUE` (it would be read as a field) and is not
         `+lines=` and digits (it would be read as the count).
     A plain multi-line message is written as its first line (then the fields and the count) and its other
@@ -56,9 +56,9 @@ written from it alone reads every file distvlog writes.
     or `}` and is not `+lines`; else it is a JSON string literal (as in 2.4). VALUE, by the value's type:
       - int: decimal (`-12`); float: Python's repr (`0.25`, `1e-05`, `nan`, `inf`, `-inf`);
         bool: `True` / `False`; None: `None`;
-      - str: bare when it is non-empty and printable, has no space, `=` or `"`, does not end with `]` or `}`,
-        and would not read back as another type: it is not `True`, `False`, `None` and does not match
-        `-?[0-9]+(\\.[0-9]+)?(e[+-]?[0-9]+)?|-?inf|nan`; else a JSON string literal;
+      - str: a JSON string literal; bare only when it reads back the same: it is non-empty and printable,
+        has no space, `=` or `"`, does not end with `]` or `}`, is not `True`, `False` or `None` and does
+        not match `-?[0-9]+(\\.[0-9]+)?(e[+-]?[0-9]+)?|-?inf|nan` (a writer may quote any str);
       - list, tuple, dict, numpy array: JSON (3.2), compact, starting with `[` or `{`;
       - numpy scalars as the Python number they print as; anything else as its str() (a str).
     Reading a VALUE from the right: ending in `"`, it is a JSON string (its opening quote is the nearest
@@ -93,11 +93,20 @@ written from it alone reads every file distvlog writes.
     surrogate followed by a low one is, in JSON, the character the pair encodes, and reads back as it (this
     holds for every text written as a JSON string, in glog text too).
 
-4. FIELD NAMES
+4. NAMES
    A record's own fields are `ts`, `severity`, `rank`, `world_size`, `tid`, `file`, `line` and `event`
-   (in the glog prefix) and `v`, the VLOG level (a field, `v=N`, in glog). A caller's `ts` (int), `file`
-   (str) with `line` (int) and `v` (int) replace the logger's (the stdlib bridge passes them); a caller
-   cannot set the others. The names below are what the tools look for.
+   (in the glog prefix) and `v`, the VLOG level (set by a VLOG call; a field, `v=N`, in glog). A caller's
+   own `ts` (int) and `file` (str) with `line` (int) replace the logger's (the stdlib bridge passes them);
+   a caller cannot set the others. The messages the tools look for (the constants below, by these names):
+      - META_EVENT (2.6) and END_RECORD, the last record of a rank whose script ended (`distvlog launch`
+        runs it), both at `distvlog:0`; a W record `<SIGNAL>` + BLOCKED_IN_C or IN_PYTHON + `, at (most
+        recent call last):` and the stack, where a signal found the rank;
+      - the node log's (Paddle's texts): `<node>(0x..) ` + BEGIN_RUN; banners `=` * 26 + TITLE + `: ` +
+        api + `=` * 26 with the titles RUNNING_AD_API, RUNNING_CPP_API, FINISH_CPP_API, FINISH_AD_API;
+        `<node>(0x..) ` + FOUND_PENDING + `: <next>(0x..)`; GRAD_STATS with the fields node, slot, norm,
+        nan, inf (and site, step, pass, shape, dtype; min, max, mean, checksum at level 6);
+      - the engine's BACKWARD_BEGIN and BACKWARD_END (field pass), DataParallel's ALLREDUCE_BEGIN,
+        ALLREDUCE_END (step, bucket, checksum) and ALLREDUCE_PARAM (param, checksum).
 
 5. WHOLE AND TORN RECORDS
    A record is whole when its first line and COUNT continuation lines are all there, each ending in "\\n",
@@ -154,6 +163,7 @@ TS, SEVERITY, V, RANK, WORLD_SIZE, TID, FILE, LINE, EVENT = (
 )
 # The fields the glog prefix carries (v is a field of the body, like any other).
 PREFIX_FIELDS = frozenset({EVENT, TS, SEVERITY, RANK, WORLD_SIZE, TID, FILE, LINE})
+_PREFIX_COUNT = len(PREFIX_FIELDS)
 CORE_FIELDS = (TS, SEVERITY, V, RANK, WORLD_SIZE, TID, FILE, LINE, EVENT)
 SEVERITIES = "IWEF"
 COUNT_NAME = "+lines"
@@ -199,12 +209,6 @@ def begin_run_node(message: str) -> str | None:
     return node_label_in(message) if message.endswith(f") {BEGIN_RUN}") else None
 
 
-def node_label_at_start(message: str) -> str | None:
-    """The node name of a message that starts with a node's label (`multiply1GradNode(0x7f..) begin run`)."""
-    match = _NODE_LABEL.match(message)
-    return match.group(1) if match else None
-
-
 def node_label_in(message: str) -> str | None:
     """The first node name labelled `Name(0x..)` in a message."""
     match = _NODE_LABEL.search(message)
@@ -215,8 +219,6 @@ def node_label_in(message: str) -> str | None:
 _SPELLED = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 _NUL = "\0"
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
-# In orjson's output: what may need the slow path (a NaN or Inf written as null, a string to escape).
-_SUSPECT = re.compile(rb'null|"(?:NaN|-?Infinity)"|\\u0000')
 _BIG_INT = re.compile(rb"[0-9]{19}")  # orjson reads integers beyond 64 bits as floats
 
 
@@ -311,17 +313,23 @@ def _ascii_safe(text: str) -> str:
         return "".join(c if not 0xD800 <= ord(c) < 0xE000 else f"\\u{ord(c):04x}" for c in text)
 
 
+def _suspect(data: bytes) -> bool:
+    """Whether orjson's text may differ from the mapping's: a null (maybe a NaN or Inf), a spelled-out float or
+    a NUL in a string (maybe a string to escape). Byte searches: this runs for every JSON-lines record."""
+    return b"null" in data or b'"NaN"' in data or b'Infinity"' in data or b"\\u0000" in data
+
+
 def dumps(value: Any, option: int = 0) -> bytes:
     """`value` as JSON bytes of the mapping (3.2); `option`: more orjson options (indent, newline)."""
     try:
         data = orjson.dumps(value, option=_OPTIONS | option, default=_default)
     except TypeError:  # non-str keys, lone surrogates, integers beyond 64 bits, subclasses
         data = None
-    if data is not None and (_SUSPECT.search(data) is None or not _unusual(value)):
+    if data is not None and (not _suspect(data) or not _unusual(value)):
         return data
-    text = json.dumps(_json_safe(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    if option & orjson.OPT_INDENT_2:
-        text = json.dumps(json.loads(text), ensure_ascii=False, indent=2)
+    indent = 2 if option & orjson.OPT_INDENT_2 else None  # (the standard library's text, as orjson's would be)
+    separators = (",", ": ") if indent else (",", ":")
+    text = json.dumps(_json_safe(value), ensure_ascii=False, allow_nan=False, indent=indent, separators=separators)
     data = _ascii_safe(text).encode()
     return data + b"\n" if option & orjson.OPT_APPEND_NEWLINE else data
 
@@ -360,16 +368,13 @@ def loads(data: bytes | str) -> Any:
     return _unsafe(value) if _NEEDS_UNSAFE.search(raw) else value
 
 
-def number(value: Any) -> Any:
-    """A field read back from JSON by an older reader's rule: "NaN", "Infinity", "-Infinity" as floats."""
-    return _SPELLED.get(value, value) if type(value) is str else value
-
-
 # -- texts of glog bodies (2.4, 2.5) ---------------------------------------------------------------------------
 _BARE_ASCII = re.compile(r"[!#-<>-~]*[!#-<>-\\^-|~]").fullmatch  # printable, no space = ", not ending ] }
 _TYPED = re.compile(r"-?(?:[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?|inf)|nan|True|False|None").fullmatch
 _INT = re.compile(r"-?[0-9]+").fullmatch
 _CONSTANTS = {"True": True, "False": False, "None": None}
+_WORDS = frozenset({*_CONSTANTS, "nan", "inf"})  # identifiers that read back as another type
+_TYPED_FIRST = frozenset("-0123456789inTFN")  # how a text that reads back as another type can start
 
 
 def json_string(text: str) -> str:
@@ -391,8 +396,10 @@ def _escaped(c: str) -> str:
 
 def _bare_str(value: str) -> bool:
     """Whether a str value is written bare (2.5)."""
+    if value.isascii() and value.isalnum():  # shapes, checksums: bare unless a number or a word
+        return not (value.isdigit() or value in _WORDS or ("e" in value and value.replace("e", "", 1).isdigit()))
     if _BARE_ASCII(value):
-        return _TYPED(value) is None
+        return value[0] not in _TYPED_FIRST or _TYPED(value) is None
     return (
         value.isprintable()
         and bool(value)
@@ -408,7 +415,7 @@ def value_text(value: Any) -> str:
     """A field's VALUE in glog text (2.5)."""
     kind = type(value)
     if kind is str:
-        return value if _bare_str(value) else json_string(value)
+        return _str_texts[value]
     if kind is int or kind is float or kind is bool or value is None:
         return repr(value)
     if kind is list or kind is tuple or kind is dict:
@@ -433,12 +440,26 @@ def _json_text(value: Any) -> str:
     return text if text.isprintable() else "".join(c if c.isprintable() else _escaped(c) for c in text)
 
 
-_names: dict[str, str] = {}
+# NAME and str VALUE texts seen before (2.5): a look-up costs less than deciding again. Field names are few
+# and stable: a plain dict, whose rare miss raises KeyError in pairs_of (it learns and writes again). str
+# values are many (a node's name has a counter): their dict computes a miss itself, without an exception.
+_TEXTS_KEPT = 4096
+_name_texts: dict[str, str] = {}
+
+
+class _StrTexts(dict):
+    def __missing__(self, value: str) -> str:
+        text = value if _bare_str(value) else json_string(value)
+        _learn(self, value, text)
+        return text
+
+
+_str_texts = _StrTexts()
 
 
 def name_text(name: Any) -> str:
     """A field's NAME in glog text (2.5)."""
-    text = _names.get(name)
+    text = _name_texts.get(name) if type(name) is str else None
     if text is None:
         key = name if type(name) is str else _text(name)
         plain = (
@@ -449,24 +470,40 @@ def name_text(name: Any) -> str:
             and key != COUNT_NAME
         )
         text = key if plain else json_string(key)
-        if type(name) is str and len(_names) < 10_000:
-            _names[name] = text
+        if type(name) is str:
+            _learn(_name_texts, name, text)
     return text
 
 
-def pairs_of(fields: dict[str, Any], skip: Collection[str] = ()) -> str:
-    """`" NAME=VALUE"` for each field not in `skip`, in order: the FIELDS of a body (2.3). The common values
-    (numbers, plain strings, names seen before) take no call of their own: this runs for every record."""
-    names = _names
-    return "".join(
-        [
-            f" {names.get(k) or name_text(k)}={v}"
-            if (kind := type(v)) is int or kind is float or (kind is str and _BARE_ASCII(v) and not _TYPED(v))
-            else f" {names.get(k) or name_text(k)}={value_text(v)}"
-            for k, v in fields.items()
-            if k not in skip
-        ]
-    )
+def _learn(texts: dict[str, str], key: str, text: str) -> None:
+    if len(texts) >= _TEXTS_KEPT:
+        texts.clear()
+    texts[key] = text
+
+
+def pairs_of(fields: dict[str, Any], skip: Collection[str] = (), *, learned: bool = False) -> str:
+    """`" NAME=VALUE"` for each field not in `skip`, in order: the FIELDS of a body (2.3). This runs for every
+    record: numbers, and names and str values seen before, take no call of their own."""
+    names, strs = _name_texts, _str_texts
+    try:
+        return "".join(
+            [
+                f" {names[k]}={v}"
+                if (kind := type(v)) is int or kind is float
+                else f" {names[k]}={strs[v]}"
+                if kind is str
+                else f" {names[k]}={value_text(v)}"
+                for k, v in fields.items()
+                if k not in skip
+            ]
+        )
+    except KeyError:  # a name not seen yet (or not a str): learn the names and write again (once)
+        if learned:
+            return "".join([f" {name_text(k)}={value_text(v)}" for k, v in fields.items() if k not in skip])
+        for k in fields:
+            if k not in skip:
+                name_text(k)
+        return pairs_of(fields, skip, learned=True)
 
 
 def field_text(name: str) -> str:
@@ -474,12 +511,23 @@ def field_text(name: str) -> str:
     return f" {name_text(name)}="
 
 
-def _looks_like_start(line: str) -> bool:
-    """Whether a continuation line could be taken for a record start (ours, glog 0.7's or c10d's)."""
-    head = line[:3]
-    if head[:1] == "[":
-        head = head[1:]
-    return len(head) > 1 and head[0] in SEVERITIES and head[1] in "0123456789"
+# A line after the first that could be taken for a record start (ours, glog 0.7's or c10d's).
+_START_LIKE = re.compile(r"\n\[?[IWEF][0-9]")
+# Long ASCII messages (tensor dumps) are checked with one translate and two byte searches, not a look-up
+# per character: a control character (but "\n") becomes NUL, a severity letter or "[" becomes S, "\n"
+# stays, everything else is "a". A line that starts with S is then looked at closely (rare in a dump).
+_CLASSES = bytes(
+    0 if (b < 0x20 and b != 0x0A) or b == 0x7F else b if b == 0x0A else ord("S") if chr(b) in "IWEF[" else ord("a")
+    for b in range(256)
+)
+
+
+def _plain_lines(message: str) -> bool:
+    """Whether every line of a message is printable and none after the first could start a record (2.4)."""
+    if message.isascii():
+        classes = message.encode().translate(_CLASSES)
+        return b"\0" not in classes and (b"\nS" not in classes or _START_LIKE.search(message) is None)
+    return message.replace("\n", "").isprintable() and _START_LIKE.search(message) is None
 
 
 def _reads_back(first: str) -> bool:
@@ -490,20 +538,40 @@ def _reads_back(first: str) -> bool:
     return not (digits.isdigit() and digits.isascii())
 
 
+# Messages seen to be plain single lines: event names repeat, and a set look-up is cheaper than the checks.
+_PLAIN_MESSAGES: set[str] = set()
+
+
+# One printable ASCII line that neither starts with `"` nor holds `=`: plain at once, by one regex call.
+_PLAIN_ASCII_LINE = re.compile(r"[ !#-<>-~][ -<>-~]*").fullmatch
+
+
+def _single_plain_line(message: str) -> bool:
+    """Whether a message is one line written as it is (2.4), remembered when it is."""
+    if _PLAIN_ASCII_LINE(message) is None:
+        if "\n" in message or message[:1] == '"' or not message.isprintable():
+            return False
+        if "=" in message and not _reads_back(message):
+            return False
+    if len(_PLAIN_MESSAGES) >= 4096:
+        _PLAIN_MESSAGES.clear()
+    _PLAIN_MESSAGES.add(message)
+    return True
+
+
 def message_lines(message: str) -> tuple[str, str, int]:
     """(first line, the continuation lines joined by "\\n", how many) of a message, as written (2.4)."""
-    if message.isprintable() and message[:1] != '"' and ("=" not in message or _reads_back(message)):
+    if message in _PLAIN_MESSAGES or _single_plain_line(message):
         return message, "", 0
-    lines = message.split("\n")
-    first = lines[0]
-    if (
-        first[:1] == '"'
-        or not all(line.isprintable() for line in lines)
-        or any(_looks_like_start(line) for line in lines[1:])
-        or ("=" in first and not _reads_back(first))
-    ):
-        return json_string(message), "", 0
-    return first, "\n".join(lines[1:]), len(lines) - 1
+    return _not_one_plain_line(message)
+
+
+def _not_one_plain_line(message: str) -> tuple[str, str, int]:
+    """message_lines() of a message that is not one plain line: several plain ones, or a JSON string."""
+    first, newline, rest = message.partition("\n")
+    if newline and first[:1] != '"' and _plain_lines(message) and ("=" not in first or _reads_back(first)):
+        return first, rest, rest.count("\n") + 1
+    return json_string(message), "", 0
 
 
 def message_of(event: Any) -> str:
@@ -608,11 +676,6 @@ def _read_value(token: str) -> Any:
     return token
 
 
-def read_value(token: str) -> Any:
-    """A field's VALUE text back into the value the writer had (the inverse of value_text)."""
-    return _read_value(token) if token else token
-
-
 class Body(NamedTuple):
     message: str  # the first line's message, decoded (continuation lines not included)
     fields: dict[str, Any]
@@ -664,14 +727,26 @@ def rank_tag(rank: int) -> str:
 
 class GlogWriter:
     """glog text records: `Lmmdd hh:mm:ss.` is cached per second and severity, ` tid file:line] [rank R] `
-    per thread and call site. Threads write concurrently, so the second and its stamps are one tuple."""
+    per thread and call site. Threads write concurrently, so the second and its stamps are one tuple.
+
+    Calling it with an event dict (structlog's processor signature: it is the logger's renderer) writes
+    that record; `records` writes records made together. Both are the hot path of every log call: each is one
+    Python call, with the common cases (plain messages, identifier names, numbers) inline."""
 
     def __init__(self) -> None:
         self._stamp: tuple[int, dict[str, str]] = (-1, {})
         self._sites: dict[tuple, str] = {}
 
-    def prefix(self, ts: int, severity: str, tid: int, file: str, line: int, rank: int) -> str:
-        """A first line up to its body."""
+    def __call__(self, _logger: object, _method: str, ed: dict[str, Any]) -> bytes:
+        """The record of an event dict holding the record's own fields (PREFIX_FIELDS) and its other fields."""
+        fields = pairs_of(ed, PREFIX_FIELDS) if len(ed) > _PREFIX_COUNT else ""
+        return self.records(ed[TS], ed[SEVERITY], ed[TID], ed[FILE], ed[LINE], ed[RANK], ((ed[EVENT], fields),))
+
+    def records(
+        self, ts: int, severity: str, tid: int, file: str, line: int, rank: int, records: Iterable[tuple[Any, str]]
+    ) -> bytes:
+        """Records made at one moment at one call site, each `(message, fields)` (`fields`: `pairs_of()` of its
+        fields), as one piece of bytes."""
         second, us = divmod(ts, 1_000_000)
         stamp = self._stamp
         if second != stamp[0]:
@@ -680,30 +755,29 @@ class GlogWriter:
         key = (tid, file, line, rank)
         site = self._sites.get(key)
         if site is None:
-            if len(self._sites) > 100_000:
-                self._sites.clear()
-            line = line if type(line) is int and line >= 0 else 0  # (a caller's own, past the processor's check)
-            site = self._sites[key] = f" {tid} {_file_text(file)}:{line}] [rank {rank}] "
-        return f"{stamp[1][severity]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}"
-
-    def records(
-        self, ts: int, severity: str, tid: int, file: str, line: int, rank: int, records: Iterable[tuple[Any, str]]
-    ) -> bytes:
-        """Records made at one moment at one call site, each `(message, pairs)` (`pairs`: `pairs()` of its
-        fields), as one piece of bytes."""
-        prefix = self.prefix(ts, severity, tid, file, line, rank)
+            site = self._site(key)
+        prefix = f"{stamp[1][severity]}{_DIGITS3[us // 1000]}{_DIGITS3[us % 1000]}{site}"
         texts = []
+        plain = _PLAIN_MESSAGES
         for event, fields in records:
             message = event if type(event) is str else message_of(event)
-            if message.isprintable() and message[:1] != '"' and ("=" not in message or _reads_back(message)):
+            if "\n" not in message and (message in plain or _single_plain_line(message)):
                 texts.append(f"{prefix}{message}{fields}\n")  # (record_text's first case, inlined)
             else:
-                texts.append(record_text(prefix, message, fields))
+                texts.append(_lines_text(prefix, *_not_one_plain_line(message), fields))
         text = texts[0] if len(texts) == 1 else "".join(texts)
         try:
             return text.encode()
         except UnicodeEncodeError:  # a lone surrogate in a file name: kept visible, escaped
             return text.encode("utf-8", "backslashreplace")
+
+    def _site(self, key: tuple) -> str:
+        if len(self._sites) > 100_000:
+            self._sites.clear()
+        tid, file, line, rank = key
+        line = line if type(line) is int and line >= 0 else 0  # (a caller's own, past the processor's check)
+        site = self._sites[key] = f" {tid} {_file_text(file)}:{line}] [rank {rank}] "
+        return site
 
     def header(self, meta: dict[str, Any]) -> bytes:
         """glog's header lines and the meta record (2.1, 2.6)."""
@@ -712,13 +786,18 @@ class GlogWriter:
             f"{HEADER_CREATED}{time.strftime('%Y/%m/%d %H:%M:%S', created)}\n"
             f"{HEADER_MACHINE}{_file_text(meta['host'])}\n{HEADER_FORMAT}\n"
         )
-        prefix = self.prefix(meta["created_us"], "I", meta["tid"], OWN_FILE, OWN_LINE, meta["rank"])
-        return f"{head}{prefix}{META_EVENT} {dumps(meta).decode()}\n".encode()
+        message = f"{META_EVENT} {_json_text(meta)}"
+        return head.encode() + self.records(
+            meta["created_us"], "I", meta["tid"], OWN_FILE, OWN_LINE, meta["rank"], ((message, ""),)
+        )
 
 
 def record_text(prefix: str, message: str, fields: str) -> str:
     """A whole record: its first line up to the body (`prefix`), the message, the fields (`pairs_of()`)."""
-    first, rest, count = message_lines(message)
+    return _lines_text(prefix, *message_lines(message), fields)
+
+
+def _lines_text(prefix: str, first: str, rest: str, count: int, fields: str) -> str:
     if count:
         return f"{prefix}{first}{fields} {COUNT_NAME}={count}\n{rest}\n"
     return f"{prefix}{first}{fields}\n"
@@ -743,7 +822,7 @@ def json_to_glog(record: dict[str, Any], rank: int, stamp: str) -> str:
     )
     meta = meta_of(record)
     if meta is not None:
-        return f"{prefix}{META_EVENT} {dumps(meta).decode()}\n"
+        return record_text(prefix, f"{META_EVENT} {_json_text(meta)}", "")
     fields = {k: v for k, v in record.items() if k not in PREFIX_FIELDS and (k != V or v is not None)}
     return record_text(prefix, message_of(record.get(EVENT)), pairs_of(fields))
 
@@ -979,8 +1058,3 @@ def own_record_pattern(message: str) -> re.Pattern[bytes]:
     """A regex finding the logger's own record (at distvlog:0) with exactly this plain message."""
     site = re.escape(f" {OWN_FILE}:{OWN_LINE}] ".encode())
     return re.compile(site + _TAG + re.escape(message.encode()) + rb"\n")
-
-
-def field_pattern(name: str) -> re.Pattern[bytes]:
-    """A regex finding a field `name=` (bare name) in glog text."""
-    return re.compile(rb" " + re.escape(name_text(name).encode()) + rb"=")

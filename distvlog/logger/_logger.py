@@ -147,7 +147,7 @@ class LineWriter:
                 if items:
                     file, line = caller_site(sys._getframe(1))
                     self._logger._logger.vlog(
-                        renderer.lines(now_us(), "I", thread_id(), file, line, IDENTITY.rank, items)
+                        renderer.records(now_us(), "I", thread_id(), file, line, IDENTITY.rank, items)
                     )
                 return
         for _, _, extra in records:  # (before any is written)
