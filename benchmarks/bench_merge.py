@@ -1,7 +1,8 @@
 """`distvlog merge` vs GNU `sort -m`, side by side on the same rank files; heapq.merge and lnav as references.
 
 The input is generated into a temp dir: per-rank files in our glog format (header, distvlog-meta with a
-clock offset per rank), records from the engine's shapes (node begin, grad_stats, 10% multi-line dumps),
+clock offset per rank), records from the engine's shapes (node begin, grad_stats, 10% multi-line dumps that
+declare their continuation lines),
 two threads per rank with slightly out-of-order stamps. `sort -m` compares whole lines (and tears the
 multi-line records apart); lnav is slow, so it runs on a smaller input and its time is scaled up.
 Contenders run interleaved, `--rounds` times each; medians are reported. Then peak memory (max RSS) of
@@ -28,6 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from distvlog.format import VERSION  # noqa: E402
 from distvlog.tools.read import restamp  # noqa: E402
 
 RANKS = 4
@@ -47,7 +49,7 @@ KINDS = [
         3,
     ),
     (
-        _STAMP + b" TIDTD nodelog.py:96] [rank R]  node=multiply###GradNode pass=##### v=3\n"
+        _STAMP + b" TIDTD nodelog.py:96] [rank R]  node=multiply###GradNode pass=##### v=3 +lines=4\n"
         b"==========================Running_AD_API_GRAD: multiply_grad==========================\n"
         b"{ Input: [ \n( grad_out , [{\n        Name: multiply###_out_float32_2x3@Grad }]), ]} \n",
         1,
@@ -85,7 +87,7 @@ def generate(path: Path, rank: int, n: int, seed: int, span_s: float = 60.0) -> 
     local[jitter] -= rng.integers(1, 200, jitter.sum())
     created = int(local[0])
     meta = {
-        "distvlog": 1,
+        "distvlog": VERSION,
         "format": "glog",
         "rank": rank,
         "world_size": RANKS,
