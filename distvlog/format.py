@@ -441,8 +441,8 @@ def _json_text(value: Any) -> str:
 
 
 # NAME and str VALUE texts seen before (2.5): a look-up costs less than deciding again. Field names are few
-# and stable: a plain dict, whose rare miss raises KeyError in pairs_of (it learns and writes again). str
-# values are many (a node's name has a counter): their dict computes a miss itself, without an exception.
+# and stable: a plain dict, whose rare miss raises KeyError in pairs_of (its slow path decides and learns).
+# str values are many (a node's name has a counter): their dict computes a miss itself, without an exception.
 _TEXTS_KEPT = 4096
 _name_texts: dict[str, str] = {}
 
@@ -481,29 +481,23 @@ def _learn(texts: dict[str, str], key: str, text: str) -> None:
     texts[key] = text
 
 
-def pairs_of(fields: dict[str, Any], skip: Collection[str] = (), *, learned: bool = False) -> str:
+def pairs_of(fields: dict[str, Any], skip: Collection[str] = ()) -> str:
     """`" NAME=VALUE"` for each field not in `skip`, in order: the FIELDS of a body (2.3). This runs for every
     record: numbers, and names and str values seen before, take no call of their own."""
-    names, strs = _name_texts, _str_texts
     try:
         return "".join(
             [
-                f" {names[k]}={v}"
+                f" {_name_texts[k]}={v}"
                 if (kind := type(v)) is int or kind is float
-                else f" {names[k]}={strs[v]}"
+                else f" {_name_texts[k]}={_str_texts[v]}"
                 if kind is str
-                else f" {names[k]}={value_text(v)}"
+                else f" {_name_texts[k]}={value_text(v)}"
                 for k, v in fields.items()
                 if k not in skip
             ]
         )
-    except KeyError:  # a name not seen yet (or not a str): learn the names and write again (once)
-        if learned:
-            return "".join([f" {name_text(k)}={value_text(v)}" for k, v in fields.items() if k not in skip])
-        for k in fields:
-            if k not in skip:
-                name_text(k)
-        return pairs_of(fields, skip, learned=True)
+    except KeyError:  # a name not seen yet (or not a str): name_text decides it, and learns it
+        return "".join([f" {name_text(k)}={value_text(v)}" for k, v in fields.items() if k not in skip])
 
 
 def field_text(name: str) -> str:
