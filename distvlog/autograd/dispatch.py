@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..logger import PACKAGE_DIR, _rules, get_logger
+from ..logger import PACKAGE_DIR, get_logger, vlog_rules
 from . import flags
 from .guards import FORWARD_CAPTURES, STATE
 from .node import GradNode, Site, next_seq
@@ -184,7 +184,7 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     if FORWARD_CAPTURES.count and state.forward_capture is not None:
         for capture in state.forward_captures():
             capture.record(op, args, tensor)
-    if _rules.ceiling >= 3 and _log.vlog_is_on(3):
+    if vlog_rules.ceiling >= 3 and _log.vlog_is_on(3):
         _log_forward(op, args, tensor)
     return tensor
 
@@ -215,7 +215,7 @@ def apply_inplace(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> 
         kind = next(k for k in (TypeError, IndexError, ValueError) if isinstance(exc, k))
         raise kind(f"{op.name}_ into {x.name} {x.dtype} {x.shape}: {exc}") from None
     x._bump_version()
-    if FORWARD_CAPTURES.count or _rules.ceiling >= 3:
+    if FORWARD_CAPTURES.count or vlog_rules.ceiling >= 3:
         _traced(op, args, x)
     return x
 
@@ -225,7 +225,7 @@ def _traced(op: OpDef, args: tuple, x: Tensor) -> None:
     if STATE.forward_capture is not None:
         for capture in STATE.forward_captures():
             capture.record(op, args, x, inplace=True)
-    if _rules.ceiling >= 3 and _log.vlog_is_on(3):
+    if vlog_rules.ceiling >= 3 and _log.vlog_is_on(3):
         _log_forward(op, args, x, inplace=True)
 
 

@@ -35,7 +35,7 @@ from ..checksum import checksum
 from ..format import ALLREDUCE_BEGIN, ALLREDUCE_END, ALLREDUCE_PARAM
 from ..autograd import Tensor, is_grad_enabled
 from ..autograd.engine import queue_callback
-from ..logger import _env
+from ..logger import env_boolean, read_env
 from . import comm as comm_mod
 from .buckets import Bucket, make_buckets
 from .checks import Checks, DataParallelError, Note, agree, nonfinite_text
@@ -98,7 +98,7 @@ class DataParallel:
         self.params: list[Tensor] = list(layers.parameters())  # frozen ones too: replicas must agree on all
         trainable = [p for p in self.params if not p.stop_gradient]
         self.overlap = overlap
-        self.debug = _env.read("DISTVLOG_DP_DEBUG", _env.boolean, False) if debug is None else bool(debug)
+        self.debug = read_env("DISTVLOG_DP_DEBUG", env_boolean, False) if debug is None else bool(debug)
         self.check_every = check_every
         self.step = -1
         self.comm = comm_mod.world().Dup()

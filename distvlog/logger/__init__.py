@@ -4,11 +4,13 @@ What other packages use is here: loggers and verbosity (`level_for`; a logger's 
 highest level in force first), settings from the environment (`read_env`: a bad value is named once, never
 fatal), the rank's identity and file, the engine's batch line writer (`LineWriter`, with
 `SINK.signals_held` around a node's lines), the records the launcher writes about a rank's end, and whether
-a frame is distvlog's or the user's (`is_distvlog_file`, `PACKAGE_DIR`)."""
+a frame is distvlog's or the user's (`is_distvlog_file`, `PACKAGE_DIR`), and `vlog_rules.ceiling` for code
+that skips work below it without a call."""
 
 from __future__ import annotations
 
 from . import _lifecycle
+from . import _rules as vlog_rules  # `vlog_rules.ceiling`: the highest level any rule in force allows
 from ._clock import now_us
 from ._env import boolean as env_boolean
 from ._env import read as read_env
@@ -73,4 +75,5 @@ __all__ = [
     "set_vlog_level",
     "unbind_context",
     "vlog_guard",
+    "vlog_rules",
 ]
