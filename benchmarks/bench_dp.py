@@ -44,7 +44,8 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def launch(args: argparse.Namespace) -> None:
+def launch(args: argparse.Namespace, script: str = __file__) -> None:
+    """Run `script --worker ARGS` on `args.n` ranks with the launcher `distvlog launch` would use."""
     from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
 
     launcher = find_launcher(None)
@@ -58,7 +59,7 @@ def launch(args: argparse.Namespace) -> None:
             "MKL_NUM_THREADS": "1",
         }
         cmd = mpi_command(launcher, launcher_kind(launcher), args.n, {}, None)
-        cmd += [sys.executable, __file__, "--worker", *sys.argv[1:]]
+        cmd += [sys.executable, script, "--worker", *sys.argv[1:]]
         sys.exit(subprocess.run(cmd, env=env).returncode)
 
 

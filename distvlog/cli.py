@@ -1,4 +1,4 @@
-"""The `distvlog` command: `launch`, `merge`, `trace`, `diff`.
+"""The `distvlog` command: `launch`, `merge`, `trace`, `diff`, `report`.
 
 Each command lives in its own module, which provides `register(subparsers)`; the parser it adds sets
 `run=<function(args) -> int>`. Bad input raises `InputError`: one line on stderr, exit code 2.
@@ -13,7 +13,13 @@ import sys
 from .errors import InputError
 from .logger import SINK
 
-COMMAND_MODULES = ("distvlog.launch.command", "distvlog.tools.merge", "distvlog.tools.trace", "distvlog.tools.diff")
+COMMAND_MODULES = (
+    "distvlog.launch.command",
+    "distvlog.tools.merge",
+    "distvlog.tools.trace",
+    "distvlog.tools.diff",
+    "distvlog.tools.report",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

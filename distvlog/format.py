@@ -108,6 +108,16 @@ written from it alone reads every file distvlog writes.
       - the engine's BACKWARD_BEGIN and BACKWARD_END (field pass), DataParallel's ALLREDUCE_BEGIN,
         ALLREDUCE_END (step, bucket, checksum) and ALLREDUCE_PARAM (param, checksum).
 
+4.1 DataParallel's records (verbosity 1 of module `parallel`), which `diff`, `report` and `trace` read:
+      parameter layout  names=[parameter names, in order]  buckets=[[indices into names], ...]   (once)
+      parameters  step=S  digests=[16 hex digits per parameter, XXH3 of its bytes]  [final=True]
+                  (as step S starts; every `digest_every` steps without `digests`; `final` after the last)
+      allreduce begin  step=S bucket=B bytes=N checksum=C norm=X   (this rank's gradients going in)
+      allreduce end  step=S bucket=B checksum=C wait_us=W          (the average; W: time waited in MPI)
+      allreduce param  step=S bucket=B param=NAME checksum=C       (verbosity 2)
+    and, at E, `DataParallel check failed check=TEXT culprits=[ranks]` with `reason=TEXT` on a culprit,
+    `stopped_by=TEXT` on the other ranks.
+
 5. WHOLE AND TORN RECORDS
    A record is whole when its first line and COUNT continuation lines are all there, each ending in "\\n",
    before the next record starts, padding or the end of the file. A line cut by padding or by the end of
@@ -187,6 +197,10 @@ BACKWARD_BEGIN, BACKWARD_END = "backward begin", "backward end"
 ALLREDUCE_BEGIN, ALLREDUCE_END, ALLREDUCE_PARAM = "allreduce begin", "allreduce end", "allreduce param"
 GRAD_STATS = "grad_stats"
 NODE = "node"  # the field naming the GradNode a record is about
+# DataParallel's records for `diff` (4.1): the parameter layout once, the parameters' digests as each step
+# starts, a failed consistency check's own record.
+PARAMETER_LAYOUT, PARAMETERS, CHECK_FAILED = "parameter layout", "parameters", "DataParallel check failed"
+LOSS = "loss"  # a field `report` plots for any record with a `step`
 BANNER_EDGE = "=" * 26  # either side of a banner's title
 _NODE_LABEL = re.compile(r"(\w+)\(0x[0-9a-fA-F]+\)")
 

@@ -3,12 +3,17 @@
     distvlog launch -n 4 launch/train.py [--steps 60] [--optimizer adam|sgd] [--guard-level 5]
     mpirun -n 4 python launch/train.py            # the same, with any MPI launcher
 
-Data: scikit-learn's bundled digits (8x8 images, 10 classes) when scikit-learn is installed, else a
-seeded synthetic set of the same shape. Every rank trains on its own shard; DataParallel averages the
-gradients. The middle layer runs inside `backward_vlog_guard(--guard-level)`, so at level 5 its backward
-nodes log gradient statistics (`grad_stats`) that `distvlog diff` compares across ranks.
-`--inject-nan-rank R --inject-nan-step S` makes that layer's backward produce NaN on rank R at step S
-(a square root at zero, whose derivative is infinite), to show how the logs find it.
+Data (`--data`): scikit-learn's bundled digits (8x8 images, 10 classes), or a seeded synthetic set of the
+same shape; by default the digits when scikit-learn is installed. Every rank trains on its own shard;
+DataParallel averages the gradients and logs per-step parameter digests, per-bucket checksums, norms and
+wait times (`--dist-v 1`, the default). The middle layer runs inside `backward_vlog_guard(--guard-level)`,
+so at level 5 its backward nodes log gradient statistics (`grad_stats`) that `distvlog diff` compares
+across ranks.
+
+`--inject-NAME-rank R [--inject-NAME-step S]` plants a fault on rank R (see `faults.py` and --help): NaN
+(a square root at zero in the middle layer's backward), gradient explosion, a bit flip or a scaled bucket
+after the allreduce, another learning rate or weight decay, a skipped broadcast, another backward graph, an
+allreduce more or fewer, a straggler; `distvlog diff` names the rank, step and place.
 
 Rank 0 prints the mean loss over ranks per step and, at the end, the test accuracy and the parameter
 digest, which DataParallel has checked to be bit-identical on every rank.
@@ -21,11 +26,15 @@ import contextlib
 import sys
 import time
 
+import faults
 import numpy as np
 from mpi4py import MPI
 
 import distvlog as dv
 import distvlog.nn.functional as F
+
+EXPLOSION = 1e6  # --inject-explode: the factor on the middle layer's gradient
+FLIPPED_BIT = 1 << 12  # --inject-bitflip: a low mantissa bit of a float32 (x1.0005: training goes on unaware)
 
 
 def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -33,13 +42,17 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
+    p.add_argument(
+        "--data",
+        choices=("auto", "digits", "synthetic"),
+        default="auto",
+        help="scikit-learn's digits, or seeded synthetic data like them (default auto: digits when installed)",
+    )
     p.add_argument("--lr", type=float, help="learning rate (default: 0.01 for adam, 0.1 for sgd)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument(
         "--guard-level", type=int, default=5, help="backward_vlog_guard level of the middle layer (0: no guard)"
     )
-    p.add_argument("--inject-nan-rank", type=int, help="rank whose backward produces NaN ...")
-    p.add_argument("--inject-nan-step", type=int, help="... at this step (default: 3)")
     p.add_argument("--bucket-mb", type=float, default=0.02, help="allreduce bucket size (MB)")
     p.add_argument("--overlap", action="store_true", help="start allreduces during backward")
     p.add_argument("--debug", action="store_true", help="DataParallel debug checks (also DISTVLOG_DP_DEBUG=1)")
@@ -50,6 +63,7 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
         help="at the end, copy every rank's log into rank 0's run directory (node-local log dirs)",
     )
     p.add_argument("--seed", type=int, default=0)
+    faults.add_arguments(p)
     args = p.parse_args()
     _check(p, args)
     return p, args
@@ -57,16 +71,8 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
 
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse what would be ignored silently or fail deep inside, as argparse refuses (usage, the reason,
-    status 2). The default --inject-nan-step is set here: given without --inject-nan-rank, it would do nothing."""
-    for name, least in (
-        ("steps", 1),
-        ("batch_size", 1),
-        ("hidden", 1),
-        ("guard_level", 0),
-        ("dist_v", 0),
-        ("inject_nan_rank", 0),
-        ("inject_nan_step", 0),
-    ):
+    status 2)."""
+    for name, least in (("steps", 1), ("batch_size", 1), ("hidden", 1), ("guard_level", 0), ("dist_v", 0)):
         value = getattr(args, name)
         if value is not None and value < least:
             p.error(f"{_flag(name)} {value}: must be at least {least}")
@@ -74,15 +80,9 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and not value > 0:  # (NaN too)
             p.error(f"{_flag(name)} {value}: must be positive")
-    if args.inject_nan_rank is None:
-        if args.inject_nan_step is not None:
-            p.error(f"--inject-nan-step {args.inject_nan_step}: needs --inject-nan-rank")
-        return
-    given = f"--inject-nan-step {args.inject_nan_step}"
-    if args.inject_nan_step is None:
-        args.inject_nan_step, given = 3, "--inject-nan-step 3 (the default)"
-    if args.inject_nan_step >= args.steps:
-        p.error(f"{given}: beyond the last step, {args.steps - 1} (--steps {args.steps})")
+    if args.data == "digits" and _load_digits() is None:
+        p.error("--data digits: needs scikit-learn (pip install scikit-learn), or use --data synthetic")
+    faults.check(p, args)
 
 
 def _flag(name: str) -> str:
@@ -93,32 +93,35 @@ def check_against_world(p: argparse.ArgumentParser, args: argparse.Namespace, ra
     """What needs the world size, checked on every rank after init: every rank exits with status 2, rank 0
     says why (once), as argparse would; the barrier keeps any rank's exit, which aborts the job under
     `distvlog launch`, from killing rank 0 before it has said so."""
-    if args.inject_nan_rank is None or args.inject_nan_rank < world:
+    error = faults.beyond_world(args, world)
+    if error is None:
         return
     if rank == 0:
         p.print_usage(sys.stderr)
-        print(
-            f"{p.prog}: error: --inject-nan-rank {args.inject_nan_rank}: beyond the last rank, {world - 1} "
-            f"({world} ranks)",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"{p.prog}: error: {error}", file=sys.stderr, flush=True)
     MPI.COMM_WORLD.Barrier()
     sys.exit(2)
 
 
-def load_data(seed: int) -> tuple[np.ndarray, np.ndarray, str]:
-    """(features, labels, name): digits if scikit-learn has them, else a look-alike from a seeded RNG."""
+def _load_digits():  # -> sklearn's loader, or None
     try:
         from sklearn.datasets import load_digits
     except ImportError:
+        return None
+    return load_digits
+
+
+def load_data(choice: str, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """(features, labels, name): scikit-learn's digits, or a look-alike from a seeded RNG."""
+    loader = _load_digits() if choice != "synthetic" else None
+    if loader is None:
         rng = np.random.default_rng(seed)
         centers = rng.normal(0.0, 1.0, (10, 64))
         labels = rng.integers(0, 10, 1797)
         features = centers[labels] + rng.normal(0.0, 2.5, (1797, 64))
-        name = "synthetic digits-like data (scikit-learn not installed)"
+        name = "synthetic digits-like data" + (" (scikit-learn not installed)" if choice == "auto" else "")
     else:
-        digits = load_digits()
+        digits = loader()
         features, labels, name = digits.data, digits.target, "scikit-learn digits"
     features = (features - features.mean(0)) / (features.std(0) + 1e-6)
     return features.astype("float32"), labels.astype("int64"), name
@@ -134,13 +137,20 @@ class MLP(dv.nn.Layer):
         self.fc3 = dv.nn.Linear(hidden, 10)
         self.guard_level = guard_level
 
-    def forward(self, x: dv.Tensor, poison: dv.Tensor | None = None) -> dv.Tensor:
+    def forward(
+        self, x: dv.Tensor, poison: dv.Tensor | None = None, boost: dv.Tensor | None = None, other_graph: bool = False
+    ) -> dv.Tensor:
+        """`poison` and `boost` plant faults with the same graph on every rank (only their values differ);
+        `other_graph` changes the graph."""
         h = F.relu(self.fc1(x))
         guard = dv.backward_vlog_guard(self.guard_level) if self.guard_level else contextlib.nullcontext()
         with guard:
-            h = F.relu(self.fc2(h))
+            h = self.fc2(h)
+            h = dv.tanh(h) if other_graph else F.relu(h)
             if poison is not None:  # + 0 * sqrt(poison): forward unchanged, backward NaN where poison is 0
                 h = h + 0.0 * (h - h + poison) ** 0.5
+            if boost is not None:  # + (boost - 1) * (h - h'): forward unchanged, backward x boost
+                h = h + (boost - 1.0) * (h - h.detach())
         return self.fc3(h)
 
 
@@ -149,10 +159,11 @@ def main() -> None:
     dv.init()
     rank, world = dv.get_rank(), dv.get_world_size()
     check_against_world(parser, args, rank, world)
+    plan = faults.Plan(args, rank)
     dv.set_vlog_level({"parallel": args.dist_v})
     log = dv.get_logger("train")
 
-    features, labels, data_name = load_data(args.seed)
+    features, labels, data_name = load_data(args.data, args.seed)
     order = np.random.default_rng(args.seed).permutation(len(labels))
     test, train = order[: len(order) // 5], order[len(order) // 5 :]
     shard = train[rank::world]  # this rank's share of the training set
@@ -164,9 +175,13 @@ def main() -> None:
         overlap=args.overlap,
         debug=args.debug or None,
     )
-    lr = args.lr or (0.01 if args.optimizer == "adam" else 0.1)
+    if plan.now("no-broadcast"):  # parameters of its own, as if the broadcast had not reached it
+        dv.seed(args.seed + 1 + rank)
+        for mine, own in zip(model.parameters(), MLP(args.hidden, args.guard_level).parameters()):
+            mine.numpy()[...] = own.numpy()
+    lr = (args.lr or (0.01 if args.optimizer == "adam" else 0.1)) * (2 if plan.now("lr") else 1)
     optimizer = (dv.optim.Adam if args.optimizer == "adam" else dv.optim.SGD)(
-        learning_rate=lr, parameters=model.parameters()
+        learning_rate=lr, parameters=model.parameters(), weight_decay=0.01 if plan.now("weight-decay") else None
     )
     if rank == 0:
         print(
@@ -178,15 +193,30 @@ def main() -> None:
     for step in range(args.steps):
         started = time.perf_counter()
         batch = rng.choice(shard, min(args.batch_size, len(shard)), replace=False)
-        poison = None
-        if args.inject_nan_rank is not None:
-            bad = rank == args.inject_nan_rank and step == args.inject_nan_step
-            poison = dv.to_tensor(np.float32(0.0 if bad else 1.0))
-        logits = model(dv.to_tensor(features[batch]), poison)
+        poison = boost = None  # on every rank when some rank plants the fault: the same graph everywhere
+        if plan.anywhere("nan"):
+            poison = dv.to_tensor(np.float32(0.0 if plan.now("nan", step) else 1.0))
+        if plan.anywhere("explode"):
+            boost = dv.to_tensor(np.float32(EXPLOSION if plan.now("explode", step) else 1.0))
+        logits = model(dv.to_tensor(features[batch]), poison, boost, other_graph=plan.now("graph", step))
         loss = F.cross_entropy(logits, dv.to_tensor(labels[batch]))
-        loss.backward()
+        if plan.now("slow"):
+            time.sleep(plan.slow_s)
+        if plan.now("skip-allreduce", step):
+            with model.no_sync():
+                loss.backward()
+        else:
+            loss.backward(retain_graph=plan.now("extra-allreduce", step))
+            if plan.now("extra-allreduce", step):
+                loss.backward()
+        if plan.now("scale", step):
+            for param in model.buckets[0].params:
+                param.grad = dv.to_tensor(param.grad.numpy() * 2)
         optimizer.step()
         optimizer.clear_grad()
+        if plan.now("bitflip", step):
+            weight = model.fc2.weight.numpy()
+            weight.view(np.uint32).flat[0] ^= FLIPPED_BIT
         mean_loss = MPI.COMM_WORLD.allreduce(float(loss.item()), op=MPI.SUM) / world
         log.info("train step", loss=float(loss.item()), mean_loss=mean_loss)
         if rank == 0:

@@ -6,6 +6,12 @@ Every check is itself collective and cheap when all is well (one small allgather
 details (parameter lists, producing nodes) are exchanged only once something disagrees. All DataParallels
 check on one shared communicator, and `dv.finalize()` joins it while a debug-mode one exists: a rank that
 skipped or added a backward pass is named there instead of hanging the clock sync.
+
+A failed check names its culprits: the ranks that brought a non-finite gradient, or the minority that
+disagrees (with no majority, every side). Every rank logs the check's own E record, `DataParallel check
+failed check=... culprits=[...]` with the `reason` on a culprit and `stopped_by` on the others (one line each
+on stderr), then raises DataParallelError with the whole story; `distvlog launch` and `diff` name the
+culprits from that record.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from .. import format as fmt
+from .. import logger as dlog
 from ..autograd import Tensor
 from ..wording import ranks_text
 
@@ -25,10 +33,34 @@ if TYPE_CHECKING:
     from .buckets import Bucket
 
 MAX_LISTED = 6  # differences named in one error message
+_log = dlog.get_logger("distvlog.dist.checks")
 
 
 class DataParallelError(RuntimeError):
-    """Ranks disagree (model layout, step, collective, gradient values or parameters); raised on every rank."""
+    """Ranks disagree (model layout, step, collective, gradient values or parameters); raised on every rank.
+    `culprits` are the ranks that caused it (the others stopped because of them)."""
+
+    def __init__(self, message: str, culprits: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.culprits = list(culprits or [])
+
+
+def _fail(rank: int, check: str, reason: str, culprits: list[int], message: str) -> None:
+    """Log the failed check's record and raise DataParallelError(message), on every rank."""
+    if rank in culprits:
+        _log.error(fmt.CHECK_FAILED, check=check, culprits=culprits, reason=reason)
+    else:
+        _log.error(fmt.CHECK_FAILED, check=check, culprits=culprits, stopped_by=ranks_text(culprits))
+    raise DataParallelError(message, culprits)
+
+
+def _minority(values: list[Any]) -> list[int]:
+    """The ranks outside the largest group of equal values; when no group is larger than the others, all."""
+    groups = _groups(values)
+    if len(groups) < 2:
+        return []
+    odd = groups[1:] if len(groups[1][1]) < len(groups[0][1]) else groups
+    return sorted(r for _, ranks in odd for r in ranks)
 
 
 def _groups(values: list[Any]) -> list[tuple[Any, list[int]]]:
@@ -129,8 +161,10 @@ def agree(comm: MPI.Intracomm, note: Note, layout: tuple = (), bad: str | None =
         if len({n.at for n in notes}) > 1:
             problems.append(_spread("at", [n.at for n in notes]))
     problems.extend(d[1] for d in details if d[1])
+    culprits = sorted(set(_minority([n._replace(bad=False) for n in notes])) | {r for r, n in enumerate(notes) if n.bad})
     what = note.where() if note.owner is None else note.at + _of_step(note.step)
-    raise DataParallelError(f"DataParallel check before {what} failed: " + " | ".join(problems))
+    reason = " | ".join(problems)
+    _fail(comm.rank, f"before {what}", reason, culprits, f"DataParallel check before {what} failed: {reason}")
 
 
 class Checks:
@@ -158,13 +192,20 @@ class Checks:
         digests = [hashlib.blake2b(np.ascontiguousarray(p.numpy()).tobytes(), digest_size=8).hexdigest()
                    for p in self.params]
         everyone = self.comm.allgather(digests)
-        differing = []
+        differing, culprits = [], set()
         for i, name in enumerate(entry[0] for entry in self.layout):
-            groups = _groups([d[i] if i < len(d) else None for d in everyone])
+            values = [d[i] if i < len(d) else None for d in everyone]
+            groups = _groups(values)
             if len(groups) > 1:
-                differing.append(f"{name} differs on {ranks_text(r for _, rs in groups[1:] for r in rs)} "
-                                 f"({ranks_text(groups[0][1])} agree)")
+                odd = _minority(values)
+                if len(odd) == len(values):  # no majority
+                    differing.append(f"{name} differs between {ranks_text(odd)} (no majority)")
+                else:
+                    differing.append(f"{name} differs on {ranks_text(odd)} ({ranks_text(groups[0][1])} "
+                                     f"{'agrees' if len(groups[0][1]) == 1 else 'agree'})")
+                culprits.update(odd)
         if differing:
-            raise DataParallelError(f"parameters are not identical across replicas at step {step}: "
-                                    + "; ".join(_first(differing)))
+            reason = "parameters are not identical across replicas: " + "; ".join(_first(differing))
+            _fail(self.comm.rank, f"of parameter hashes at step {step}", reason, sorted(culprits),
+                  f"parameters are not identical across replicas at step {step}: " + "; ".join(_first(differing)))
         return hashlib.blake2b("".join(digests).encode(), digest_size=16).hexdigest()

@@ -7,10 +7,18 @@ averages become the parameters' `.grad`, so `loss.backward(); opt.step()` needs 
 `overlap=True` a bucket's Iallreduce starts from the hook that completes it, while backward goes on (buckets
 still start in index order on every rank).
 
-At verbosity >= 1 (module `parallel`) each bucket logs `allreduce begin step=S bucket=B bytes=N` and
-`allreduce end step=S bucket=B checksum=C`; at >= 2 every parameter's reduced gradient checksum. Steps
-are counted by training forward calls from 0 and bound to every record of the thread (`step=`) until
-`dv.finalize()`.
+At verbosity >= 1 (module `parallel`) DataParallel logs what `distvlog diff` needs to tell which rank went
+wrong, cheaply (a hash and a dot product per bucket, a hash per parameter per step):
+- once, `parameter layout names=[...] buckets=[[...], ...]`: the parameters' names in order, and which of
+  them (indices into `names`) each bucket holds;
+- at the start of every step, `parameters step=S digests=[...]`: an XXH3 digest of each parameter as the
+  step starts (every `digest_every` steps; `final=True` at `dv.finalize()`, after the last step). Replicas
+  must be bit-identical, so the first step whose digests differ brackets the update that parted them;
+- per bucket, `allreduce begin step=S bucket=B bytes=N checksum=C norm=X` (this rank's gradients going in)
+  and `allreduce end step=S bucket=B checksum=C wait_us=W` (the averaged result, and how long this rank
+  waited in MPI for it: a rank that others wait for is a straggler);
+at >= 2 also every parameter's reduced gradient checksum. Steps are counted by training forward calls from
+0 and bound to every record of the thread (`step=`) until `dv.finalize()`.
 In debug mode (`debug=True` or DISTVLOG_DP_DEBUG=1) the ranks compare notes before each collective
 (`checks.Checks`) and every `check_every` steps compare parameter hashes; `dv.finalize()` then compares
 notes too (`check_finalize`), so a rank that skipped or added a backward pass is an error, not a hang.
@@ -25,6 +33,8 @@ import contextlib
 import itertools
 import math
 import numbers
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,7 +42,7 @@ import numpy as np
 
 from .. import logger as dlog
 from ..checksum import checksum
-from ..format import ALLREDUCE_BEGIN, ALLREDUCE_END, ALLREDUCE_PARAM
+from ..format import ALLREDUCE_BEGIN, ALLREDUCE_END, ALLREDUCE_PARAM, PARAMETER_LAYOUT, PARAMETERS
 from ..autograd import Tensor, is_grad_enabled
 from ..autograd.engine import queue_callback
 from ..logger import env_boolean, read_env
@@ -48,6 +58,7 @@ __all__ = ["DataParallel", "DataParallelError"]
 
 _numbers = itertools.count()  # DataParallels in order of construction: collective, so the same on every rank
 _state = {"debug": False}  # a debug-mode DataParallel passed its first check here (so on every rank)
+_live: weakref.WeakSet[DataParallel] = weakref.WeakSet()  # their parameters' last digests at dv.finalize()
 
 
 def _checks_comm() -> Any:
@@ -59,11 +70,13 @@ def check_finalize() -> None:
     """Collective, once a debug-mode DataParallel exists (else free): called by `dv.finalize()` before it
     waits for the other ranks, so a rank still reducing gradients meets it here and both raise
     DataParallelError naming what each was doing."""
+    for model in list(_live):
+        model._log_parameters(final=True)
     if _state["debug"]:
         agree(_checks_comm(), Note(None, None, -1, "dv.finalize()", False))
 
 
-def _check_arguments(comm_buffer_size: float, check_every: int) -> None:
+def _check_arguments(comm_buffer_size: float, check_every: int, digest_every: int) -> None:
     """Bad arguments are a one-line error at construction, not a ZeroDivisionError steps later."""
     if (isinstance(comm_buffer_size, bool) or not isinstance(comm_buffer_size, numbers.Real)
             or not 0 < comm_buffer_size < math.inf):
@@ -71,6 +84,9 @@ def _check_arguments(comm_buffer_size: float, check_every: int) -> None:
     if isinstance(check_every, bool) or not isinstance(check_every, numbers.Integral) or check_every < 1:
         raise ValueError(f"DataParallel: check_every must be an integer >= 1 (steps between parameter hash "
                          f"checks), got {check_every!r}")
+    if isinstance(digest_every, bool) or not isinstance(digest_every, numbers.Integral) or digest_every < 1:
+        raise ValueError(f"DataParallel: digest_every must be an integer >= 1 (steps between logged parameter "
+                         f"digests), got {digest_every!r}")
 
 
 class _Reduction:
@@ -87,19 +103,20 @@ class DataParallel:
     """Wrap a model (anything with `parameters()` that is called for its forward) for data parallelism.
 
     `comm_buffer_size` is the bucket size in MB (Paddle's name and default; > 0), `check_every` the steps
-    between debug mode's parameter hash checks (>= 1). Collective: construct it on every rank, with the same
-    model.
+    between debug mode's parameter hash checks (>= 1), `digest_every` the steps between logged parameter
+    digests (>= 1; at verbosity >= 1). Collective: construct it on every rank, with the same model.
     """
 
     def __init__(self, layers: Any, comm_buffer_size: float = 25, *, overlap: bool = False,
-                 debug: bool | None = None, check_every: int = 10) -> None:
-        _check_arguments(comm_buffer_size, check_every)
+                 debug: bool | None = None, check_every: int = 10, digest_every: int = 1) -> None:
+        _check_arguments(comm_buffer_size, check_every, digest_every)
         self._layers = layers
         self.params: list[Tensor] = list(layers.parameters())  # frozen ones too: replicas must agree on all
         trainable = [p for p in self.params if not p.stop_gradient]
         self.overlap = overlap
         self.debug = read_env("DISTVLOG_DP_DEBUG", env_boolean, False) if debug is None else bool(debug)
         self.check_every = check_every
+        self.digest_every = digest_every
         self.step = -1
         self.comm = comm_mod.world().Dup()
         self.world_size = self.comm.size
@@ -114,6 +131,10 @@ class DataParallel:
         for bucket in self.buckets:
             for i, param in enumerate(bucket.params):
                 param.register_post_accumulate_grad_hook(self._hook(bucket, i))
+        index = {id(p): i for i, p in enumerate(self.params)}
+        _log.vlog(1, PARAMETER_LAYOUT, names=[p.name for p in self.params],
+                  buckets=[[index[id(p)] for p in bucket.params] for bucket in self.buckets])
+        _live.add(self)
 
     # -- the wrapped model -------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -122,6 +143,7 @@ class DataParallel:
             self._abandon_reduction()
             self.step += 1
             dlog.bind_context(step=self.step)
+            self._log_parameters()
             if self.debug and self.step and self.step % self.check_every == 0:
                 self.check_parameters()
         return self._layers(*args, **kwargs)
@@ -154,6 +176,17 @@ class DataParallel:
         digest = self._checks.parameters(self.step)
         _log.vlog(1, "parameters identical", digest=digest, params=len(self.params))
         return digest
+
+    def _log_parameters(self, final: bool = False) -> None:
+        """The `parameters` record of the step starting now (of the parameters the last step left, `final`)."""
+        if not _log.vlog_is_on(1) or final and self.step < 0:
+            return
+        step = self.step + 1 if final else self.step
+        if final or step % self.digest_every == 0:
+            digests = [checksum(p.numpy()) for p in self.params]
+            _log.vlog(1, PARAMETERS, step=step, digests=digests, **({"final": True} if final else {}))
+        else:
+            _log.vlog(1, PARAMETERS, step=step)
 
     # -- broadcast and reduction -------------------------------------------------------------------
     def _broadcast(self) -> None:
@@ -198,12 +231,16 @@ class DataParallel:
         if self.debug:
             bad = nonfinite_text(bucket, flat, self.step, self.comm.rank)
             self._checks.before(f"allreduce of bucket {bucket.index}", self.step, bad)
-        _log.vlog(1, ALLREDUCE_BEGIN, step=self.step, bucket=bucket.index, bytes=bucket.nbytes)
+        if _log.vlog_is_on(1):
+            local = bucket.gradients(flat)
+            _log.vlog(1, ALLREDUCE_BEGIN, step=self.step, bucket=bucket.index, bytes=bucket.nbytes,
+                      checksum=checksum(local), norm=_norm(local))
         if self.overlap:
             reduction.requests[bucket.index] = self.comm.Iallreduce(MPI.IN_PLACE, flat, MPI.SUM)
         else:
+            started = time.perf_counter()
             self.comm.Allreduce(MPI.IN_PLACE, flat, MPI.SUM)
-            self._complete(bucket, flat)
+            self._complete(bucket, flat, time.perf_counter() - started)
         reduction.launched += 1
 
     def _finish(self) -> None:
@@ -212,17 +249,18 @@ class DataParallel:
         while reduction.launched < len(self.buckets):
             self._launch(reduction, self.buckets[reduction.launched])
         for index, request in reduction.requests.items():
+            started = time.perf_counter()
             request.Wait()
-            self._complete(self.buckets[index], reduction.flats[index])
+            self._complete(self.buckets[index], reduction.flats[index], time.perf_counter() - started)
         self._reduction = None
 
-    def _complete(self, bucket: Bucket, flat: np.ndarray) -> None:
+    def _complete(self, bucket: Bucket, flat: np.ndarray, waited_s: float) -> None:
         """Average a reduced bucket and hand it to the `.grad` of the parameters some rank used."""
         gradients = bucket.gradients(flat)
         gradients /= self.world_size
         if _log.vlog_is_on(1):
-            _log.vlog(1, ALLREDUCE_END, step=self.step, bucket=bucket.index,
-                      checksum=checksum(gradients))
+            _log.vlog(1, ALLREDUCE_END, step=self.step, bucket=bucket.index, checksum=checksum(gradients),
+                      wait_us=round(waited_s * 1e6))
             if _log.vlog_is_on(2):
                 for i, param in enumerate(bucket.params):
                     _log.vlog(2, ALLREDUCE_PARAM, step=self.step, bucket=bucket.index, param=param.name,
@@ -236,3 +274,12 @@ class DataParallel:
         if reduction is not None:
             for request in reduction.requests.values():
                 request.Wait()
+
+
+def _norm(a: np.ndarray) -> float:
+    """L2 norm; in float64 when the dtype's own sum of squares overflows (an exploding gradient) or is not
+    finite (NaN stays NaN, an Inf gives inf)."""
+    square = float(a.dot(a)) if a.size else 0.0
+    if not math.isfinite(square):
+        square = float(np.dot(a.astype(np.float64), a.astype(np.float64)))
+    return math.sqrt(square)

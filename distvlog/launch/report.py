@@ -19,7 +19,7 @@ from ..wording import plural, ranks_text
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
 _SIGNALLED = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
 _END = fmt.own_record_pattern(fmt.END_RECORD)
-_WF = np.frombuffer(b"WF", np.uint8)
+_WEF = np.frombuffer(b"WEF", np.uint8)
 
 
 def _say(text: str) -> None:
@@ -42,10 +42,12 @@ class Scan:
     fatal: dict[int, Record] = field(default_factory=dict)  # per rank, its first F record: why it failed
     signalled: dict[int, Record] = field(default_factory=dict)  # its first record of where a signal found it
     unended: list[Unended] = field(default_factory=list)
+    checks: dict[int, Record] = field(default_factory=dict)  # per rank, its record of a failed DataParallel check
 
 
 def scan(run_dir: Path) -> Scan:
-    """One pass over the run's files for what the report needs (the F and W records, and whether each rank's
+    """One pass over the run's files for what the report needs (the F and W records, failed DataParallel
+    checks, and whether each rank's
     file has its end record), block by block: logs may be large."""
     found = Scan()
     sources = open_sources([str(run_dir)])
@@ -56,7 +58,7 @@ def scan(run_dir: Path) -> Scan:
                 if len(block):
                     last_ts = int(block.ts[-1])
                     ended = ended or bool(block.matching(_END).any())
-                for i in np.flatnonzero(np.isin(block.severity, _WF)).tolist():
+                for i in np.flatnonzero(np.isin(block.severity, _WEF)).tolist():
                     _note(found, block.record(i))
             if source.meta and source.file.child_of is None and not ended:
                 last = "its header" if last_ts is None else _clock_text(last_ts, source.utc_offset_s or 0)
@@ -70,6 +72,9 @@ def scan(run_dir: Path) -> Scan:
 def _note(found: Scan, record: Record) -> None:
     if record.severity == "F":
         found.fatal.setdefault(record.rank, record)
+    elif record.severity == "E":
+        if record.event.partition("\n")[0] == fmt.CHECK_FAILED:
+            found.checks.setdefault(record.rank, record)
     elif any(marker in record.event.partition("\n")[0] for marker in _SIGNALLED):
         found.signalled.setdefault(record.rank, record)
 
@@ -152,6 +157,25 @@ def _no_files(run_dir: Path, code: int, started: float) -> None:
         )
 
 
+def _say_check(found: Scan) -> set[int]:
+    """A failed DataParallel check, from its own records: the culprits, once, with the reason and where they
+    raised it, and the ranks that stopped because of them. Returns the ranks it accounts for."""
+    culprit = next((r for rank, r in sorted(found.checks.items()) if "reason" in r.fields), None)
+    if culprit is None:
+        return set()
+    culprits = [r for r in culprit.fields.get("culprits") or [] if isinstance(r, int)] or [culprit.rank]
+    where = found.fatal.get(culprit.rank)
+    at = f" ({where.file}:{where.line})" if where is not None else ""
+    _say(
+        f"{ranks_text(culprits)} failed DataParallel's check {culprit.fields.get('check')}{at}: "
+        f"{culprit.fields.get('reason')}"
+    )
+    stopped = sorted(set(found.checks) - set(culprits))
+    if stopped:
+        _say(f"{ranks_text(stopped)} stopped because of {ranks_text(culprits)}")
+    return set(found.checks) | set(culprits)
+
+
 def after_run(run_dir: Path, ranks: int, code: int, started: float) -> int:
     """Report on a finished job (started at `started`, epoch s); the exit code is the job's (1 if it exited
     0 but a rank logged F)."""
@@ -165,12 +189,13 @@ def after_run(run_dir: Path, ranks: int, code: int, started: float) -> int:
     except InputError as exc:
         _say(f"cannot read the run's logs: {exc}")
         return code or 1
-    failed = found.fatal
+    named = _say_check(found)
+    failed = {rank: record for rank, record in found.fatal.items() if rank not in named}
     _say_grouped({rank: f" failed: {failure_text(record)}" for rank, record in failed.items()})
     _say_grouped(
         {rank: f": {signal_text(record)}" for rank, record in found.signalled.items() if rank not in failed}
     )  # (a failure says where)
-    if code and not failed:
+    if code and not failed and not named:
         unended = [u for u in found.unended if u.rank not in found.signalled]
         _say(
             f"the job exited with code {code}; no rank logged an unhandled exception"

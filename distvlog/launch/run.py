@@ -16,9 +16,11 @@ import runpy
 import signal
 import sys
 import time
+import traceback
 from types import ModuleType
 from typing import NoReturn
 
+from ..dist import DataParallelError
 from ..format import END_RECORD
 from ..logger import FLUSH_INTERVAL_S, IDENTITY, SIGNAL_GRACE_S, SINK, flush, log_at, log_failure, log_interrupt
 
@@ -86,6 +88,18 @@ def _report_interrupt(exc: KeyboardInterrupt) -> int:
     return 128 + signal.SIGINT
 
 
+def _report_check(exc: DataParallelError) -> None:
+    """A failed DataParallel check: its own record, echoed on every rank, has said on stderr who caused it
+    and who stopped because of them (a line each). The traceback goes to the file only, as the failure (F) of
+    a culprit, an E record of the others, so that `distvlog launch` names the culprits alone as failed."""
+    if not exc.culprits:  # (raised by older code, or by hand): as any other exception
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        return
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    fatal = IDENTITY.rank in exc.culprits
+    log_failure(f"Unhandled exception in main thread:\n{text}", exc, exc.__traceback__, fatal=fatal)
+
+
 def _log_end() -> None:
     """END_RECORD, flushed at once (the launcher may yet kill this rank, as another's failure ends the job).
     A rank that never logged gets no file for it."""
@@ -109,6 +123,9 @@ def main(argv: list[str]) -> None:
     except KeyboardInterrupt as exc:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a second Ctrl-C would interrupt the report)
         _abort(_report_interrupt(exc))
+    except DataParallelError as exc:
+        _report_check(exc)
+        _abort(1)
     except BaseException:
         sys.excepthook(*sys.exc_info())  # distvlog's hook logs the traceback as an F record, then prints it
         _abort(1)

@@ -67,7 +67,7 @@ def test_frozen_parameters_are_broadcast_and_hashed_but_not_reduced(run_mpi, ran
     assert got[0]["digest"] == got[1]["digest"]
     assert got[0]["reduced"] == got[1]["reduced"] == ["p1", "p0"]
     for r in got.values():
-        assert "frozen differs on rank 1 (rank 0 agree" in r["error"]
+        assert "frozen differs between ranks 0,1 (no majority)" in r["error"]
 
 
 def test_step_mismatch_is_an_error_on_every_rank(run_mpi, rank_results):
@@ -178,6 +178,7 @@ def test_unused_parameters_match_a_single_process_reference(run_mpi, rank_result
         ({"comm_buffer_size": 0}, "comm_buffer_size must be a positive number of MB, got 0"),
         ({"comm_buffer_size": float("inf")}, "comm_buffer_size must be a positive number of MB, got inf"),
         ({"comm_buffer_size": "25"}, "comm_buffer_size must be a positive number of MB, got '25'"),
+        ({"digest_every": 0}, "digest_every must be an integer >= 1 (steps between logged parameter digests), got 0"),
     ],
 )
 def test_bad_constructor_arguments_are_named_before_any_communication(kwargs, message):

@@ -61,10 +61,11 @@ def test_a_nan_on_one_openmpi_rank_is_named(run_cli):
     )
     assert proc.returncode != 0
     assert re.search(
-        r"distvlog launch: ranks 0,1 failed: \S*DataParallelError: .* rank 1 step 2: gradient of "
-        r"linear_1\.b_0 has 64 NaN",
+        r"distvlog launch: rank 1 failed DataParallel's check before allreduce of bucket 0 of step 2 "
+        r"\(train\.py:\d+\): rank 1 step 2: gradient of linear_1\.b_0 has 64 NaN",
         proc.stderr,
     ), proc.stderr
+    assert "distvlog launch: rank 0 stopped because of rank 1\n" in proc.stderr, proc.stderr
 
 
 def test_launch_refuses_mpich_mpirun_with_openmpi_libmpi(run_cli, mpich_with_openmpi_libmpi):

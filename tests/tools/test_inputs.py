@@ -31,7 +31,7 @@ def test_counts_of_one_are_singular(tmp_path, cli):
     assert code == 0 and "1 event (1 error) on 1 rank to" in err
     (tmp_path / "rank-0.log").write_text(ours(0, ONE_RANK, world=1))
     code, out, _ = cli("diff", tmp_path)
-    assert code == 0 and out.startswith("1 rank, 2 gradient statistics, 1 allreduce (aligned by step)\n")
+    assert code == 0 and out.startswith("1 rank, 1 step: 2 gradient statistics, 1 allreduce (aligned by step)\n")
 
 
 def damaged_run(tmp_path: Path, jsonl_run: Path) -> Path:

@@ -9,7 +9,7 @@ from tools_logfiles import T0, ours
 
 from distvlog.format import FINISH_AD_API, banner
 
-PHASES = {"X", "i", "M"}
+PHASES = {"X", "i", "M", "C"}
 
 
 def engine_log(rank: int, crash: bool = False, world: int = 1) -> str:
@@ -105,3 +105,31 @@ def test_trace_of_real_rank_files_and_bad_input(tmp_path, cli, glog_run):
     assert code == 0 and {e["pid"] for e in events} == {0, 1, 2, 3} and all(e["cat"] == "warning" for e in events)
     code, out, err = cli("trace", tmp_path / "missing", "-o", tmp_path / "x.json")
     assert code == 2 and err.count("\n") == 1 and "no such file" in err and not (tmp_path / "x.json").exists()
+
+
+def test_counter_tracks_show_step_time_allreduce_wait_and_gradient_norm_per_rank(tmp_path, cli):
+    """DataParallel's records become counter tracks per rank: each step's time from its start, each
+    allreduce's wait and each bucket's local gradient norm."""
+    for rank in range(2):
+        recs = []
+        for step in range(3):
+            start = T0 + step * 10_000 + rank
+            recs += [
+                (start, f"I parameters step={step} v=1"),
+                (start + 100, f"I allreduce begin step={step} bucket=0 bytes=16 checksum=00 norm={step + 0.5} v=1"),
+                (start + 600, f"I allreduce end step={step} bucket=0 checksum=01 wait_us={250 * (rank + 1)} v=1"),
+            ]
+        (tmp_path / f"rank-{rank}.log").write_text(ours(rank, recs, world=2))
+    code, _, _ = cli("trace", str(tmp_path), "-o", str(tmp_path / "trace.json"))
+    assert code == 0
+    counters = [e for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"] if e["ph"] == "C"]
+    by = defaultdict(list)
+    for e in counters:
+        by[(e["pid"], e["name"])].append((e["ts"] - T0, e["args"]))
+    assert by[(1, "step time (ms)")] == [(1, {"step": 10.0}), (10_001, {"step": 10.0})]
+    assert by[(1, "allreduce wait (ms)")] == [
+        (601, {"bucket 0": 0.5}),
+        (10_601, {"bucket 0": 0.5}),
+        (20_601, {"bucket 0": 0.5}),
+    ]
+    assert [v for _, v in by[(0, "local gradient norm")]] == [{"bucket 0": 0.5}, {"bucket 0": 1.5}, {"bucket 0": 2.5}]

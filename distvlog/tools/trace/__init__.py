@@ -2,6 +2,7 @@
 
 One process per rank ("rank R (host)"), one track per thread; a slice per GradNode run, backward pass and
 allreduce bucket, an instant per warning and error; `args` carry node, step and gradient statistics.
+Counter tracks per rank (from DataParallel's records): step time, allreduce wait, local gradient norm.
 Slices on one track never overlap partially (Perfetto rejects that): a slice that would is moved to an
 extra track of the same thread. `--max-events` keeps huge runs loadable and says what it dropped.
 """
@@ -9,6 +10,7 @@ extra track of the same thread. `--max-events` keeps huge runs loadable and says
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,6 +19,7 @@ from ... import format as fmt
 from ...errors import InputError
 from ...wording import plural
 from ..read import add_input_arguments, after_reading, open_inputs, read_records, warner
+from . import _counters
 from ._slices import KINDS, WANTED, Slice, SliceBuilder
 
 LANE_TID_BASE = 1 << 40  # tids of the extra tracks (real thread ids are smaller)
@@ -104,16 +107,21 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--max-events {args.max_events}: must be 0 (no limit) or more")
     warn = warner("trace")
     sources = open_inputs(args, warn)
-    builder = SliceBuilder()
-    for record in read_records(sources, where=WANTED, severities="WEF"):
+    builder, counters = SliceBuilder(), _counters.CounterBuilder()
+    for record in read_records(
+        sources,
+        where=re.compile(WANTED.pattern + b"|" + _counters.WANTED.pattern, WANTED.flags | _counters.WANTED.flags),
+        severities="WEF",
+    ):
         builder.add(record)
+        counters.add(record)
     after_reading(sources, warn)
     slices, dropped = limit(builder.finish(), args.max_events)
     hosts: dict[int, str] = {}
     for source in sources:
         for rank in source.counts.records:
             hosts.setdefault(rank, source.host or "")
-    events = trace_events(slices, hosts)
+    events = trace_events(slices, hosts) + counters.events()
     doc = {
         "traceEvents": events,
         "displayTimeUnit": "ms",

@@ -1,0 +1,49 @@
+"""`distvlog diff PATH... [--json]`: which rank went wrong, where and when, from the per-rank logs alone.
+
+Reads the `grad_stats` records of guarded backward nodes (level >= 5), DataParallel's records (at
+verbosity 1 of module `parallel`: parameter digests per step, per-bucket checksums, norms and wait times)
+and E/F records; aligns them across ranks by step and reports errors, the first cause first:
+NaN/Inf origins and how they spread; gradient explosions on one rank; ranks whose backward ran other
+nodes; where the ranks' sequences of allreduces part (one more or fewer: MPI then pairs the wrong
+collectives); allreduces not finished or with results that differ; parameters that part although every
+allreduce agreed (silent corruption, other hyperparameters, a skipped broadcast); logs that end early;
+failed DataParallel checks and other errors. Where ranks disagree the minority is named; with no majority,
+every side. Notes (a local gradient norm far from its peers' or its own history, a straggler) are listed
+apart and never change the exit code: local gradients legitimately differ before the allreduce.
+
+Exit 0 when no error is found (the report names any check the logs could not support), 1 when one is,
+2 on unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..read import warner
+from ._findings import Finding
+from ._logs import Logs, load
+from ._render import as_json, as_text, line
+from ._report import Report, analyse
+
+__all__ = ["Finding", "Logs", "Report", "analyse", "load", "line", "register", "run"]
+
+
+def run(args: argparse.Namespace) -> int:
+    report = analyse(load(args.paths, warner("diff")))
+    if args.json:
+        sys.stdout.write(as_json(report).decode() + "\n")
+    else:
+        sys.stdout.write(as_text(report))
+    return report.exit_code
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "diff",
+        help="which rank went wrong, where and when: NaN origins, explosions, desync, parameters that part",
+        description=__doc__.split("\n\n")[1],
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, a log root (its latest run) or files")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.set_defaults(run=run)
