@@ -1055,6 +1055,11 @@ def texts_pattern(*texts: str) -> re.Pattern[bytes]:
     return re.compile(b"|".join(re.escape(t.encode()) for t in texts))
 
 
+def field_pattern(name: str) -> re.Pattern[bytes]:
+    """A regex finding a field `name=` (bare name) in glog text."""
+    return re.compile(rb" " + re.escape(name_text(name).encode()) + rb"=")
+
+
 def messages_pattern(*events: str) -> re.Pattern[bytes]:
     """A regex finding the glog records whose message is, or starts with, one of `events` followed by a space
     or the end of the line."""
