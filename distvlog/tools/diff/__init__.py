@@ -22,11 +22,11 @@ import sys
 
 from ..read import warner
 from ._findings import Finding
-from ._logs import Logs, load
+from ._logs import Logs, error_text, load
 from ._render import as_json, as_text, line
 from ._report import Report, analyse
 
-__all__ = ["Finding", "Logs", "Report", "analyse", "load", "line", "register", "run"]
+__all__ = ["Finding", "Logs", "Report", "analyse", "error_text", "load", "line", "register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
