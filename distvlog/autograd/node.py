@@ -94,6 +94,8 @@ class Site:
 class GradNode:
     """The backward half of one forward op call."""
 
+    backend = "numpy"  # what the node log's kernel lines name (the torch adapter's nodes say `torch`)
+
     __slots__ = (
         "op",
         "seq",

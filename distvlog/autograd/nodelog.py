@@ -17,11 +17,16 @@ Tensor dumps grow with the level as Paddle's: 3 names, 4 + pointers, 5 + TensorI
 `PassLog` is the engine's observer that writes all this: a pass gets one when the engine's own level
 (`engine=3`, for every node and the pass's `backward begin`/`backward end` records) or a node's tag is 3
 or more; it then makes a `NodeLog` for each node whose level is.
+
+`NodeLog` reads a node only through what a `GradNode` shows (name, seq, op's grad_name, inputs and
+saves, edges, saved, attrs, site, out_name, in_meta, input_name, backend) and gradients as numpy arrays:
+the PyTorch adapter (`distvlog.torch`) shows torch's nodes so, and prints its lines through this class.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -41,7 +46,7 @@ from ..format import (
 from ..format import BANNER_EDGE as _BANNER
 from ..logger import SINK, LineWriter, get_logger, level_for
 from .engine import GraphTask, Observer
-from .node import AccumulationNode, GradNode, dtype_name, shape_list, shape_text
+from .node import ACCUMULATION, GradNode, dtype_name, shape_list, shape_text
 
 ENGINE = "distvlog.autograd.engine"  # the module the backward's records belong to (`engine=5` in vmodule)
 _log = get_logger(ENGINE)
@@ -90,12 +95,14 @@ def _values(a: np.ndarray) -> str:
 class NodeLog:
     """The log of one node run; created by the engine only when the node's level is 3 or more."""
 
-    __slots__ = ("node", "level", "log", "api", "label", "_stats", "_inputs_text")
+    __slots__ = ("node", "level", "log", "api", "label", "accumulates", "backend", "_stats", "_inputs_text")
 
-    def __init__(self, node: GradNode, level: int, pass_id: int, stats: dict[int, tuple]) -> None:
+    def __init__(self, node: GradNode, level: int, pass_id: int, stats: dict[int, tuple], **fields: Any) -> None:
         self.node, self.level = node, level
-        self.log = LineWriter(_log, level, node=node.name, **{"pass": pass_id})
-        self.api = node.name if isinstance(node, AccumulationNode) else node.op.grad_name
+        self.log = LineWriter(_log, level, node=node.name, **{"pass": pass_id}, **fields)
+        self.accumulates = node.op is ACCUMULATION
+        self.backend = node.backend
+        self.api = node.name if self.accumulates else node.op.grad_name
         self.label = repr(node) if level >= 4 else ""  # (the lines naming the node are level 4's)
         self._stats = stats  # the pass's: id(gradient) -> (gradient, its grad_stats), from producer to consumer
         self._inputs_text = ""
@@ -156,11 +163,11 @@ class NodeLog:
                 (3, f"{_BANNER}{RUNNING_AD_API}: {api}{_BANNER}", None),
                 (3, f"{{ Input: {self._inputs(grad)}}} ", None),
             ]
-            if not isinstance(node, AccumulationNode):
+            if not self.accumulates:
                 records.append((3, f"{_BANNER}{RUNNING_CPP_API}: {api}{node.seq}{_BANNER}", None))
                 if level >= 4:
                     records += [
-                        (4, f"{api} API kernel key: [numpy, CPU, {dtype_name(grad.dtype)}]", None),
+                        (4, f"{api} API kernel key: [{self.backend}, CPU, {dtype_name(grad.dtype)}]", None),
                         (4, self._kernel(grad), None),
                     ]
                 if level >= 7:
@@ -172,15 +179,20 @@ class NodeLog:
         ins = [grad] + [v for v in node.saved or () if isinstance(v, np.ndarray)]
         outs = [meta for meta in node.in_meta if meta is not None]
         sig = ",\n".join(
-            [f"        backend: numpy,  dtype: {dtype_name(a.dtype)},  shape: {shape_list(a.shape)}" for a in ins]
+            [
+                f"        backend: {self.backend},  dtype: {dtype_name(a.dtype)},  shape: {shape_list(a.shape)}"
+                for a in ins
+            ]
         )
         osig = ",\n".join(
-            [f"        backend: numpy,  dtype: {dtype_name(d)},  shape: {shape_list(s)}" for s, d in outs]
+            [f"        backend: {self.backend},  dtype: {dtype_name(d)},  shape: {shape_list(s)}" for s, d in outs]
         )
         attrs = ",\n".join(f'        "{k}"' for k in node.attrs)
         return f'{api} kernel: {{"input":[\n{sig}\n],\n"output":[\n{osig}\n],\n"attribute":[\n{attrs}\n]}}'
 
-    def finish(self, grad: np.ndarray, outputs: tuple, deps: dict[GradNode, int], held: list[bool] | None) -> None:
+    def finish(
+        self, grad: np.ndarray, outputs: tuple, deps: Mapping[GradNode, int | None], held: list[bool] | None
+    ) -> None:
         """The node's outputs, then per out-edge that received a gradient (at level 4 and up, read from the
         pass's in-degrees `deps` after the hand-off): the next node, the in-degree it has left and — at 6
         and up — the gradient and whether it was summed into one already held there (`held`: per edge,
@@ -194,7 +206,7 @@ class NodeLog:
             ]
             outs = [f" ( {slot} , {self._tensor(name, g, node.edges[i])})" for i, slot, name, g in grads]
             records: list[tuple[int, str, dict[str, Any] | None]] = []
-            if not isinstance(node, AccumulationNode):
+            if not self.accumulates:
                 records.append((3, f"{_BANNER}{FINISH_CPP_API}: {api}{node.seq}{_BANNER}", None))
             dump = f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } "
             records.append((3, dump, None))
@@ -226,15 +238,17 @@ class NodeLog:
                             ),
                             (7, f"{'Sum' if summed else 'Move'} grad inputs for {nxt!r}", None),
                         ]
-                    records.append((4, f"{self.label} {FOUND_PENDING}: {nxt!r}", {"in_degree": in_degree}))
+                    extra = None if in_degree is None else {"in_degree": in_degree}
+                    records.append((4, f"{self.label} {FOUND_PENDING}: {nxt!r}", extra))
             self.log.lines(records)
 
 
 def _pending(
-    node: GradNode, outputs: tuple, deps: dict[GradNode, int], held: list[bool] | None
-) -> list[tuple[GradNode, np.ndarray, bool, int]]:
+    node: GradNode, outputs: tuple, deps: Mapping[GradNode, int | None], held: list[bool] | None
+) -> list[tuple[GradNode, np.ndarray, bool, int | None]]:
     """Per out-edge of `node` that sent a gradient into the pass, in edge order: (next node, gradient,
-    whether it was added to one already there, the next node's in-degree left just after this edge).
+    whether it was added to one already there, the next node's in-degree left just after this edge, None
+    where the engine does not say: torch's).
 
     Read after the hand-off, so an edge to a node that later edges of `node` also reach counts those
     later edges back in; an edge was summed if the node held a gradient before (`held`, when known) or an
@@ -249,7 +263,8 @@ def _pending(
         if g is not None:
             earlier = any(node.edges[j] is nxt and outputs[j] is not None for j in range(i))
             summed = earlier or (held is not None and held[i])
-            out.append((nxt, g, summed, deps[nxt] + later.get(nxt, 0)))
+            left = deps[nxt]
+            out.append((nxt, g, summed, None if left is None else left + later.get(nxt, 0)))
         later[nxt] = later.get(nxt, 0) + 1
     out.reverse()
     return out
