@@ -1,0 +1,204 @@
+"""`backward_vlog_guard` on torch autograd: tag the nodes a thread creates inside, so that backward logs them.
+
+Torch has no hook where a node is created, so the guard installs a `TorchFunctionMode` (its stack is
+per thread in C++) that, after each torch call made inside, walks back from the call's outputs (and its
+first argument and `out=`, for in-place ops: `x[0] = 3` returns None) through `grad_fn` and
+`next_functions`, tagging the nodes created since the innermost guard opened: every node of a composite op
+(`F.linear` -> `AddmmBackward0`, `TBackward0`), in-place ops' `CopySlices`, custom `autograd.Function`s
+used inside. A node's creation order is its `_sequence_nr()`, a per-thread counter: nodes older than the
+guard, and other threads' nodes, are left alone (a node of another thread with a sequence number in this
+guard's range could only be taken when it is an input here). Leaves created inside (`requires_grad=True`,
+`requires_grad_()`) get a tensor hook, which `autograd.grad()` runs too (a node hook on their
+AccumulateGrad would not).
+
+The tag lives on the node (`node.metadata`), so it goes with the node and nothing is left behind. Guards
+are a stack per thread: the innermost level wins, closing a guard removes it wherever it is (a generator
+closed after a later guard opened), and one mode serves all of a thread's guards. Levels below 3 print
+nothing: while no open guard of the thread is 3 or more the mode only passes calls through; inside one that
+is, a lower guard's nodes are marked so that the outer guard cannot take them. Under `torch.compile` the
+mode steps aside (Dynamo would break the graph at it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..autograd.node import Site, tensor_name
+from . import _names
+from ._nodelog import LeafHook, numpy_dtype, posthook, prehook, report_failure
+from ._tag import KEY, SILENT, Tag
+
+_ACCUMULATE_SEQ = (1 << 64) - 1  # AccumulateGrad's _sequence_nr(): never "created since"
+_next_seq = torch._C._autograd._get_sequence_nr
+_is_compiling = torch.compiler.is_compiling
+_TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
+_DISTVLOG_DIR = __file__.rsplit("/", 2)[0] + "/"
+
+
+class _State:
+    """One thread's open guards, innermost last, as [level, first sequence number]; its mode while installed."""
+
+    def __init__(self) -> None:
+        self.stack: list[list] = []
+        self.top: list | None = None  # the innermost open guard, None while none of level >= 3 is open
+        self.mode: _Tagger | None = None
+
+    def update(self) -> None:
+        stack = self.stack
+        self.top = stack[-1] if stack and any(entry[0] >= 3 for entry in stack) else None
+
+
+_local = threading.local()
+
+
+def _state() -> _State:
+    state = getattr(_local, "state", None)
+    if state is None:
+        state = _local.state = _State()
+    return state
+
+
+class _Tagger(TorchFunctionMode):
+    """The thread's mode: each call inside a logging guard, then the tagging of what it created."""
+
+    def __init__(self, state: _State) -> None:
+        super().__init__()
+        self.state = state
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        top = self.state.top
+        if top is None or _is_compiling():
+            return func(*args, **kwargs)
+        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        untracked = first is not None and not first.requires_grad  # (`x.requires_grad_()` makes a leaf of x)
+        out = func(*args, **kwargs)
+        try:
+            _tag_outputs(func, out, first, untracked, kwargs.get("out"), top)
+        except Exception as exc:  # a failing tag must never break the user's forward
+            report_failure("tagging", exc)
+        return out
+
+
+def _tag_outputs(func: Any, out: Any, first: torch.Tensor | None, untracked: bool, out_arg: Any, top: list) -> None:
+    """Tag what one call made: the nodes behind its outputs (its first argument and `out=` too), and a leaf
+    it returned that did not exist, or did not require grad, before."""
+    level, start = top
+    if isinstance(out, torch.Tensor):
+        tensors = [out]
+    elif type(out) is tuple or type(out) is list:
+        tensors = [t for t in out if isinstance(t, torch.Tensor)]
+    else:
+        tensors = []
+    if first is not None and not any(t is first for t in tensors):
+        tensors.append(first)  # an in-place op that returns something else, or nothing
+    if isinstance(out_arg, torch.Tensor):
+        tensors.append(out_arg)
+    created: list = []
+    for t in tensors:
+        fn = t.grad_fn
+        if fn is not None:
+            _walk(fn, start, created)
+        elif t.requires_grad and level >= 3 and (t is not first or untracked):
+            _tag_leaf(t, level, getattr(func, "__name__", "tensor"))
+    if created:
+        _tag_nodes(created, level)
+
+
+def _walk(fn: Any, start: int, created: list) -> None:
+    """Collect the untagged nodes created since `start`, from `fn` back (each marked at once, so a node
+    reached twice is taken once)."""
+    todo = [fn]
+    while todo:
+        node = todo.pop()
+        seq = node._sequence_nr()
+        if seq < start or seq == _ACCUMULATE_SEQ:
+            continue
+        meta = node.metadata
+        if KEY in meta:
+            continue
+        meta[KEY] = SILENT
+        created.append((seq, node))
+        todo += [nxt for nxt, _ in node.next_functions if nxt is not None]
+
+
+def _tag_nodes(created: list, level: int) -> None:
+    """Tag the nodes one call created, numbered in creation order, with the user's forward line."""
+    if level < 3:
+        return  # (marked SILENT by the walk)
+    created.sort(key=lambda item: item[0])
+    site = _user_site()
+    for _, node in created:
+        node.metadata[KEY] = Tag(level, node.name(), site)
+        node.register_prehook(prehook)
+        node.register_hook(posthook)
+
+
+def _tag_leaf(t: torch.Tensor, level: int, api: str) -> None:
+    """A leaf made inside: named as Paddle names a tensor a creation API made (`randn1_out_float32_2x3`)."""
+    api = api.rstrip("_")
+    name = tensor_name(api, _names.next_seq(api), numpy_dtype(t.dtype), tuple(t.shape))
+    t.register_hook(LeafHook(level, _user_site(), name))
+
+
+def _user_site() -> Site:
+    """The first frame outside torch and distvlog: the user's forward line."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith((_TORCH_DIR, _DISTVLOG_DIR)):
+        frame = frame.f_back
+    return Site(frame.f_code, frame.f_lasti)
+
+
+def _check_level(level: object) -> int:
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise TypeError(f"backward_vlog_guard level must be an int, got {type(level).__name__} {level!r}")
+    return level
+
+
+class backward_vlog_guard(contextlib.ContextDecorator):
+    """Tag the autograd nodes (and leaf tensors) this thread creates inside with `level`: when backward runs
+    them, they log Paddle's lines at exactly that level, whatever the global verbosity (`backward()` and
+    `torch.autograd.grad()` alike)."""
+
+    def __init__(self, level: int) -> None:
+        self.level = _check_level(level)
+
+    def _recreate_cm(self) -> backward_vlog_guard:  # as a decorator: each call its own guard
+        return backward_vlog_guard(self.level)
+
+    def __enter__(self) -> None:
+        state = self.state = _state()  # this thread's, also when the guard is closed from another thread
+        self.entry = [self.level, _next_seq()]
+        state.stack.append(self.entry)
+        state.update()
+        if state.mode is None:
+            state.mode = _Tagger(state)
+            state.mode.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        state, entry = self.state, self.entry
+        stack = state.stack
+        if stack and stack[-1] is entry:
+            stack.pop()
+        else:
+            stack[:] = [e for e in stack if e is not entry]
+        state.update()
+        if not stack and state is getattr(_local, "state", None) and _on_top(state.mode):
+            state.mode.__exit__(None, None, None)
+            state.mode = None
+        # else the mode stays installed, passing calls through, until this thread's next guard reuses it: a
+        # mode of the user's opened since sits above it, and only the thread itself can remove it
+
+
+def _on_top(mode: _Tagger | None) -> bool:
+    """Whether `mode` is the innermost torch-function mode of this thread (so popping removes it, not
+    another's)."""
+    depth = torch._C._len_torch_function_stack()
+    return mode is not None and depth > 0 and torch._C._get_function_stack_at(depth - 1) is mode

@@ -1,0 +1,313 @@
+"""What torch's backward logs for the nodes a guard tagged: the engine's own `NodeLog`, fed from torch's hooks.
+
+A tagged node has a pre-hook (its incoming gradient: the begin lines) and a hook (the gradients it sends: the
+finish lines); a tagged leaf has a tensor hook (its gradient, as our GradNodeAccumulation). `TorchNode`
+shows a torch node as the node log reads one of ours: Paddle-style name, op, out-edges, saved tensors and
+the gradients, as numpy arrays (CPU tensors are read in place). So both engines print the same lines
+through one implementation.
+
+The hooks are module functions that find their node through torch (`_current_autograd_node`): a closure
+holding the node, stored on that node, would be a cycle through C++ that the garbage collector cannot see.
+Per backward pass (torch's graph task) a `_Pass` holds what the nodes of the pass share: gradient
+statistics from producer to consumer, and one array per gradient tensor so that a tensor reads the same
+wherever it is printed; torch runs `_end_pass` when the pass is done. A failing hook never breaks the
+backward: the first failure of each kind is said once (a W record, on stderr too), later ones counted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..autograd.node import ACCUMULATION, Site, shape_text, tensor_name
+from ..autograd.nodelog import ENGINE, NodeLog
+from ..logger import flush, get_logger
+from . import _names
+from ._tag import KEY, tag_of
+
+_current_node = torch._C._current_autograd_node
+_graph_task_id = torch._C._current_graph_task_id
+_will_run = torch._C._will_engine_execute_node
+_ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"  # (its name(); torch_node says AccumulateGrad)
+_log = get_logger(ENGINE)
+_running = threading.local()  # the NodeLog of the node this thread is running, between its two hooks
+_leaf_names: dict[int, str] = {}  # by id: a WeakKeyDictionary would compare tensors with ==, elementwise
+
+
+def name_leaves(named: Any) -> None:
+    """Name leaf tensors in the dumps by `(name, tensor)` pairs, as `model.named_parameters()` gives them."""
+    for name, tensor in named:
+        if id(tensor) not in _leaf_names:
+            weakref.finalize(tensor, _leaf_names.pop, id(tensor), None)
+        _leaf_names[id(tensor)] = name
+
+
+# -- tensors as the node log reads them --------------------------------------------------------------------
+@functools.cache
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype a torch dtype reads as here (float32 for those numpy lacks, bfloat16)."""
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except (TypeError, RuntimeError):
+        return np.dtype(np.float32)
+
+
+def as_array(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's memory as a numpy array (no copy); others copied to the CPU, widened where numpy has
+    no such dtype."""
+    t = t.detach()
+    if not t.is_cpu:
+        t = t.cpu()
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):  # bfloat16
+        return t.float().numpy()
+
+
+class _Pass:
+    """What the tagged nodes of one backward pass share (see the module docstring)."""
+
+    __slots__ = ("id", "stats", "arrays")
+
+    def __init__(self, pass_id: int) -> None:
+        self.id = pass_id
+        self.stats: dict[int, tuple] = {}  # NodeLog's: id(array) -> (array, grad_stats)
+        self.arrays: dict[int, tuple[torch.Tensor, np.ndarray]] = {}  # id(tensor) -> (tensor, its array)
+
+    def array(self, t: torch.Tensor) -> np.ndarray:
+        held = self.arrays.get(id(t))
+        if held is None:
+            held = self.arrays[id(t)] = (t, as_array(t))  # (the tensor is held: its id is not reused meanwhile)
+        return held[1]
+
+    def release(self, t: torch.Tensor) -> None:
+        """`t` arrived where it goes: its array is not printed again in this pass."""
+        self.arrays.pop(id(t), None)
+
+
+_passes: dict[int, _Pass] = {}
+
+
+def _pass() -> _Pass:
+    """The state of the pass running in this thread; torch calls `_end_pass` when the pass is done."""
+    task = _graph_task_id()
+    state = _passes.get(task)
+    if state is None:
+        state = _passes[task] = _Pass(task + 1)  # (passes count from 1, as our engine's)
+        torch.autograd.Variable._execution_engine.queue_callback(functools.partial(_end_pass, task))
+    return state
+
+
+def _end_pass(task: int) -> None:
+    """The pass is over: its records reach the file, as at the end of each of our engine's passes."""
+    _passes.pop(task, None)
+    flush()
+
+
+# -- nodes as the node log reads them ----------------------------------------------------------------------
+class _Op:
+    """What the node log reads of a node's op: its name, Paddle's `<op>_grad`, its inputs' and saved names."""
+
+    __slots__ = ("name", "grad_name", "inputs", "saves")
+
+    def __init__(self, name: str, inputs: tuple[str, ...], saves: tuple[str, ...]) -> None:
+        self.name, self.grad_name, self.inputs, self.saves = name, f"{name}_grad", inputs, saves
+
+
+class _Neighbour:
+    """A node a tagged node sends a gradient to: named by its tag, as GradNodeAccumulation for a leaf, else by
+    torch's name (`SubBackward0`: a node no guard tagged was never numbered)."""
+
+    __slots__ = ("fn", "name", "out_shape", "out_dtype", "out_name")
+
+    def __init__(self, fn: Any, nr: int) -> None:
+        self.fn = fn
+        meta = fn._input_metadata[nr]
+        shape, dtype = self.out_shape, self.out_dtype = tuple(meta.shape), numpy_dtype(meta.dtype)
+        tag = tag_of(fn)
+        if tag is not None:
+            self.name, self.out_name = tag.name, tensor_name(tag.op, tag.seq, dtype, shape)
+        elif fn.name() == _ACCUMULATE_GRAD:
+            self.name, self.out_name = "GradNodeAccumulation", _leaf_names.get(id(fn.variable), "None")
+        else:
+            self.name = fn.name()
+            self.out_name = f"{self.name}_out_{dtype.name}_{shape_text(shape)}"
+
+    def __repr__(self) -> str:
+        return f"{self.name}(0x{id(self.fn):x})"
+
+
+@functools.cache
+def _saved_attributes(kind: type) -> tuple[str, ...]:
+    return tuple(name for name in dir(kind) if name.startswith("_saved_"))
+
+
+class TorchNode:
+    """A tagged torch node, read as the node log reads a GradNode. Built in the node's pre-hook, before it
+    runs: its saved tensors are read then (a pass without retain_graph releases them as the node runs)."""
+
+    __slots__ = ("fn", "name", "seq", "op", "edges", "saved", "attrs", "site", "out_shape", "out_dtype")
+    backend = "torch"
+
+    def __init__(self, fn: Any, tag: Any, grad: np.ndarray, state: _Pass) -> None:
+        self.fn, self.name, self.seq, self.site = fn, tag.name, tag.seq, tag.site
+        self.out_shape, self.out_dtype = grad.shape, grad.dtype
+        views: dict[tuple[int, int], _Neighbour] = {}  # one per next node and slot: `x * x` sends x two
+        self.edges = tuple(
+            None if nxt is None else views.get((id(nxt), nr)) or views.setdefault((id(nxt), nr), _Neighbour(nxt, nr))
+            for nxt, nr in fn.next_functions
+        )
+        inputs = _names.slot_names(tag.op, len(self.edges))
+        saved: list[tuple[str, np.ndarray]] = []
+        self.attrs: dict[str, Any] = {}
+        for attr in _saved_attributes(type(fn)):
+            try:
+                value = getattr(fn, attr)
+            except RuntimeError:  # changed in place since, or released: the backward itself says so
+                continue
+            if isinstance(value, torch.Tensor):
+                saved.append((_names.saved_name(attr[7:]), state.array(value)))
+            elif type(value) in (int, float, bool):
+                self.attrs[attr[7:]] = value
+        if len(saved) > 1:  # inputs in their order (torch lists them by name), then the others
+            saved.sort(key=lambda item: inputs.index(item[0]) if item[0] in inputs else len(inputs))
+        self.saved = [array for _, array in saved]
+        self.op = _Op(tag.op, inputs, tuple(name for name, _ in saved))
+
+    @property
+    def in_meta(self) -> tuple[tuple[tuple[int, ...], np.dtype] | None, ...]:
+        return tuple(None if e is None else (e.out_shape, e.out_dtype) for e in self.edges)
+
+    @property
+    def out_name(self) -> str:
+        return tensor_name(self.op.name, self.seq, self.out_dtype, self.out_shape)
+
+    def input_name(self, slot: int) -> str:
+        edge = self.edges[slot]
+        return edge.out_name if edge is not None else "None"
+
+    def __repr__(self) -> str:
+        return f"{self.name}(0x{id(self.fn):x})"
+
+
+class LeafNode:
+    """A leaf created inside a guard, read as our GradNodeAccumulation (labelled by torch's AccumulateGrad
+    node, which runs the leaf's hooks, under autograd.grad() too)."""
+
+    __slots__ = ("hook", "fn", "out_name", "out_shape", "out_dtype")
+    op, seq, edges, saved, attrs, in_meta = ACCUMULATION, 0, (), (), {}, ()
+    name = "GradNodeAccumulation"
+    backend = "torch"
+
+    def __init__(self, hook: LeafHook, grad: np.ndarray) -> None:
+        self.hook, self.fn = hook, _current_node()
+        self.out_name, self.out_shape, self.out_dtype = hook.name, grad.shape, grad.dtype
+
+    @property
+    def site(self) -> Site:
+        return self.hook.site
+
+    def __repr__(self) -> str:
+        return f"GradNodeAccumulation(0x{id(self.fn):x})"
+
+
+class _Runs:
+    """`_pending`'s view of which nodes this pass runs (torch does not say how many gradients each still
+    waits for)."""
+
+    def __contains__(self, node: Any) -> bool:
+        try:
+            return _will_run(node.fn)
+        except RuntimeError:  # a leaf under autograd.grad(): torch computes its gradient only for an input
+            return True
+
+    def __getitem__(self, node: Any) -> None:
+        return None
+
+
+_RUNS = _Runs()
+
+
+# -- the hooks ---------------------------------------------------------------------------------------------
+def prehook(grad_outputs: tuple) -> None:
+    """A tagged node is about to run: its begin lines."""
+    _running.log = None
+    try:
+        fn = _current_node()
+        grad = next((g for g in grad_outputs if g is not None), None)
+        if grad is None:
+            return  # nothing reached it: it sends nothing either
+        tag = fn.metadata[KEY]
+        state = _pass()
+        array = state.array(grad)
+        nlog = NodeLog(TorchNode(fn, tag, array, state), tag.level, state.id, state.stats, torch_node=tag.torch_name)
+        nlog.begin(array)
+        _running.log = (fn, nlog, grad, state)
+    except Exception as exc:  # the user's backward goes on
+        report_failure("backward pre-hook", exc)
+
+
+def posthook(grad_inputs: tuple, grad_outputs: tuple) -> None:
+    """A tagged node ran: its finish lines, and the nodes it reached."""
+    running = getattr(_running, "log", None)
+    _running.log = None
+    try:
+        if running is None or running[0] is not _current_node():
+            return
+        _, nlog, grad, state = running
+        outputs = tuple(None if g is None else state.array(g) for g in grad_inputs)
+        nlog.finish(state.array(grad), outputs, _RUNS, None)
+        if all(g is not grad for g in grad_inputs):
+            state.release(grad)
+    except Exception as exc:
+        report_failure("backward hook", exc)
+
+
+class LeafHook:
+    """The tensor hook of a leaf created inside a guard: its gradient, logged as GradNodeAccumulation's."""
+
+    __slots__ = ("level", "site", "name", "__weakref__")
+
+    def __init__(self, level: int, site: Site, name: str) -> None:
+        self.level, self.site, self.name = level, site, name
+
+    def __call__(self, grad: torch.Tensor) -> None:
+        try:
+            state = _pass()
+            array = state.array(grad)
+            nlog = NodeLog(LeafNode(self, array), self.level, state.id, state.stats, torch_node="AccumulateGrad")
+            nlog.begin(array)
+            nlog.finish(array, (), _RUNS, None)
+            state.release(grad)
+        except Exception as exc:
+            report_failure("leaf tensor hook", exc)
+
+
+# -- failures: said once, counted --------------------------------------------------------------------------
+_failures: dict[str, int] = {}
+
+
+def report_failure(what: str, exc: BaseException) -> None:
+    """The first failure of `what` as a W record (echoed to stderr); later ones counted, said at exit."""
+    count = _failures[what] = _failures.get(what, 0) + 1
+    if count == 1:
+        with contextlib.suppress(Exception):
+            _log.warning(
+                f"distvlog.torch: the {what} failed ({type(exc).__name__}: {exc}); the job goes on without "
+                "those lines, later failures are counted"
+            )
+
+
+@atexit.register
+def _say_counts() -> None:
+    for what, count in _failures.items():
+        if count > 1:
+            with contextlib.suppress(Exception):
+                _log.warning(f"distvlog.torch: the {what} failed {count} times in all")

@@ -1,0 +1,40 @@
+"""The tag a guard puts on a torch autograd node (in `node.metadata`), and its Paddle-style name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd.node import Site
+from . import _names
+
+KEY = "distvlog"  # the tag's key in node.metadata
+
+
+class Tag:
+    """What a guard put on a node: the level it logs at and, when that is 3 or more, its Paddle-style name,
+    torch's name and the user's forward line. Holds nothing of the graph (no cycle through the node)."""
+
+    __slots__ = ("level", "op", "seq", "name", "torch_name", "site")
+
+    def __init__(self, level: int, torch_name: str, site: Site | None) -> None:
+        self.level = level
+        self.torch_name = torch_name.rsplit("::", 1)[-1]  # `torch::autograd::CopySlices`: CopySlices
+        self.op = _names.paddle_op(torch_name)
+        self.seq = _names.next_seq(self.op)
+        self.name = f"{self.op}{self.seq}GradNode"
+        self.site = site
+
+
+class _Silent:
+    """The tag of a node made under a guard whose level prints nothing (an outer guard must not take it)."""
+
+    level = 0
+
+
+SILENT = _Silent()
+
+
+def tag_of(node: Any) -> Tag | None:
+    """The tag a guard put on a torch node, None if it is untagged or silent."""
+    tag = node.metadata.get(KEY) if node is not None else None
+    return tag if type(tag) is Tag else None
