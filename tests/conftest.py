@@ -1,8 +1,31 @@
-"""Shared by every test: in-process logs go to a temporary directory, never into the checkout."""
+"""Shared by every test: in-process logs go to a temporary directory, never into the checkout; the records a
+test logs (`records`)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
+
+import pytest
 
 os.environ.setdefault("DISTVLOG_LOG_DIR", tempfile.mkdtemp(prefix="distvlog-tests-"))
+
+
+@pytest.fixture
+def records():
+    """The records distvlog logs during the test, as event dicts (captured just before rendering)."""
+    import distvlog as dv
+    from distvlog.logger import _logger as logger_mod
+
+    captured: list[dict[str, Any]] = []
+
+    def capture(_logger: object, _method: str, ed: dict[str, Any]) -> dict[str, Any]:
+        captured.append(dict(ed))
+        return ed
+
+    dv.logger.add_processor(capture)
+    try:
+        yield captured
+    finally:
+        logger_mod.PROCESSORS.remove(capture)

@@ -100,11 +100,24 @@ def _report_check(exc: DataParallelError) -> None:
     log_failure(f"Unhandled exception in main thread:\n{text}", exc, exc.__traceback__, fatal=fatal)
 
 
-def _log_end() -> None:
-    """END_RECORD, flushed at once (the launcher may yet kill this rank, as another's failure ends the job).
-    A rank that never logged gets no file for it."""
-    if SINK.file_open:
+_end = {"logged": False}
+
+
+def log_end() -> None:
+    """END_RECORD, once per process, flushed at once (the launcher may yet kill this rank, as another's
+    failure ends the job). A rank that never logged gets no file for it."""
+    if SINK.file_open and not _end["logged"]:
+        _end["logged"] = True
         log_at("info", END_RECORD, None)
+
+
+def _log_end() -> None:
+    """The PyTorch adapter's finalize() first, if the script started it (its closing records come before the
+    end), then END_RECORD."""
+    adapter = sys.modules.get("distvlog.torch")
+    if adapter is not None:
+        adapter.finalize()
+    log_end()
 
 
 def main(argv: list[str]) -> None:

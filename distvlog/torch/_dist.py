@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..dist import clock
+from ..dist.run import log_end
 from ..logger import IDENTITY, SINK, configure, flush, get_logger, unbind_context
 from ..logger._rundir import default_run_id
 from ._comm import TorchComm
@@ -163,10 +164,11 @@ def finalize() -> None:
     from ._ddp import log_final_digests
 
     log_final_digests()
-    try:
-        clock.record(_state["comm"], "clock_end")
-    except Exception as exc:  # a peer gone (its process group broken): the offsets stay those of the start
-        _log.warning(f"distvlog.torch.finalize(): no closing clock offsets ({type(exc).__name__}: {exc})")
+    if dist.is_initialized():  # (else the script destroyed the process groups itself)
+        try:
+            clock.record(_state["comm"], "clock_end")
+        except Exception as exc:  # a peer gone (its process group broken): the offsets stay those of the start
+            _log.warning(f"distvlog.torch.finalize(): no closing clock offsets ({type(exc).__name__}: {exc})")
     _release()
     flush()
 
@@ -183,8 +185,11 @@ def _release() -> None:
 
 
 def _at_exit() -> None:
-    """A normal exit finalizes; after an unhandled exception (`sys.last_value`) nothing collective runs."""
-    if hasattr(sys, "last_value") or not dist.is_initialized():
+    """A normal exit finalizes and ends the rank's log with the end record, as `distvlog launch`'s runner
+    does (whatever started this process); after an unhandled exception (`sys.last_value`) nothing collective
+    runs and the log ends with the failure."""
+    if hasattr(sys, "last_value"):
         return
     with contextlib.suppress(Exception):
         finalize()
+    log_end()
