@@ -14,8 +14,9 @@ AccumulateGrad would not).
 The tag lives on the node (`node.metadata`), so it goes with the node and nothing is left behind. Guards
 are a stack per thread: the innermost level wins, closing a guard removes it wherever it is (a generator
 closed after a later guard opened), and one mode serves all of a thread's guards. Levels below 3 print
-nothing: while no open guard of the thread is 3 or more the mode only passes calls through; inside one that
-is, a lower guard's nodes are marked so that the outer guard cannot take them. Under `torch.compile` the
+nothing: the mode is installed only while an open guard of the thread is 3 or more (a mode costs every torch
+call, even passing it through); inside such a guard, a lower guard's nodes are marked so that the outer guard
+cannot take them. Under `torch.compile` the
 mode steps aside (Dynamo would break the graph at it).
 """
 
@@ -47,11 +48,24 @@ class _State:
     def __init__(self) -> None:
         self.stack: list[list] = []
         self.top: list | None = None  # the innermost open guard, None while none of level >= 3 is open
-        self.mode: _Tagger | None = None
+        self.mode: _Tagger | None = None  # while installed
+        self.tagger = _Tagger(self)
 
     def update(self) -> None:
+        """The innermost guard, and the mode installed exactly while one of the open guards logs (a mode
+        costs every torch call of the thread, ~3% of a small model's step, even passing calls through)."""
         stack = self.stack
         self.top = stack[-1] if stack and any(entry[0] >= 3 for entry in stack) else None
+        if self.top is not None and self.mode is None:
+            self.mode = self.tagger
+            self.mode.__enter__()
+        elif (
+            self.top is None and self.mode is not None and self is getattr(_local, "state", None) and _on_top(self.mode)
+        ):
+            self.mode.__exit__(None, None, None)
+            self.mode = None
+        # (else, when a mode of the user's opened since sits above ours, ours stays, passing calls through,
+        # until this thread's next guard reuses it: only the thread itself can remove it, only from the top)
 
 
 _local = threading.local()
@@ -130,11 +144,13 @@ def _walk(fn: Any, start: int, created: list) -> None:
 
 
 def _tag_nodes(created: list, level: int) -> None:
-    """Tag the nodes one call created, numbered in creation order, with the user's forward line."""
+    """Tag the nodes one call created, numbered in creation order, with the user's forward line (which only
+    level 5's grad_stats print)."""
     if level < 3:
         return  # (marked SILENT by the walk)
-    created.sort(key=lambda item: item[0])
-    site = _user_site()
+    if len(created) > 1:
+        created.sort(key=lambda item: item[0])
+    site = _user_site() if level >= 5 else None
     for _, node in created:
         node.metadata[KEY] = Tag(level, node.name(), site)
         node.register_prehook(prehook)
@@ -145,7 +161,7 @@ def _tag_leaf(t: torch.Tensor, level: int, api: str) -> None:
     """A leaf made inside: named as Paddle names a tensor a creation API made (`randn1_out_float32_2x3`)."""
     api = api.rstrip("_")
     name = tensor_name(api, _names.next_seq(api), numpy_dtype(t.dtype), tuple(t.shape))
-    t.register_hook(LeafHook(level, _user_site(), name))
+    t.register_hook(LeafHook(level, _user_site() if level >= 5 else None, name))
 
 
 def _user_site() -> Site:
@@ -178,9 +194,6 @@ class backward_vlog_guard(contextlib.ContextDecorator):
         self.entry = [self.level, _next_seq()]
         state.stack.append(self.entry)
         state.update()
-        if state.mode is None:
-            state.mode = _Tagger(state)
-            state.mode.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         state, entry = self.state, self.entry
@@ -190,11 +203,6 @@ class backward_vlog_guard(contextlib.ContextDecorator):
         else:
             stack[:] = [e for e in stack if e is not entry]
         state.update()
-        if not stack and state is getattr(_local, "state", None) and _on_top(state.mode):
-            state.mode.__exit__(None, None, None)
-            state.mode = None
-        # else the mode stays installed, passing calls through, until this thread's next guard reuses it: a
-        # mode of the user's opened since sits above it, and only the thread itself can remove it
 
 
 def _on_top(mode: _Tagger | None) -> bool:

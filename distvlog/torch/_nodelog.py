@@ -30,7 +30,7 @@ from ..autograd.node import ACCUMULATION, Site, shape_text, tensor_name
 from ..autograd.nodelog import ENGINE, NodeLog
 from ..logger import flush, get_logger
 from . import _names
-from ._tag import KEY, tag_of
+from ._tag import KEY, Tag
 
 _current_node = torch._C._current_autograd_node
 _graph_task_id = torch._C._current_graph_task_id
@@ -131,22 +131,38 @@ class _Neighbour:
         self.fn = fn
         meta = fn._input_metadata[nr]
         shape, dtype = self.out_shape, self.out_dtype = tuple(meta.shape), numpy_dtype(meta.dtype)
-        tag = tag_of(fn)
-        if tag is not None:
-            self.name, self.out_name = tag.name, tensor_name(tag.op, tag.seq, dtype, shape)
-        elif fn.name() == _ACCUMULATE_GRAD:
+        name = fn.name()
+        if name == _ACCUMULATE_GRAD:
             self.name, self.out_name = "GradNodeAccumulation", _leaf_names.get(id(fn.variable), "None")
+            return
+        tag = fn.metadata.get(KEY)
+        if type(tag) is Tag:
+            self.name, self.out_name = tag.name, tensor_name(tag.op, tag.seq, dtype, shape)
         else:
-            self.name = fn.name()
-            self.out_name = f"{self.name}_out_{dtype.name}_{shape_text(shape)}"
+            self.name, self.out_name = name, _untagged_name(name, dtype, shape)
 
     def __repr__(self) -> str:
         return f"{self.name}(0x{id(self.fn):x})"
 
 
+@functools.lru_cache(maxsize=4096)
+def _untagged_name(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> str:
+    return f"{name}_out_{dtype.name}_{shape_text(shape)}"
+
+
 @functools.cache
-def _saved_attributes(kind: type) -> tuple[str, ...]:
-    return tuple(name for name in dir(kind) if name.startswith("_saved_"))
+def _plan(kind: type, op: str, edges: int) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """Per node type: the names of its inputs, and its saved attributes with their names in the dumps, the
+    inputs first in their order (torch lists them by name), torch's own size and stride bookkeeping left
+    out."""
+    inputs = _names.slot_names(op, edges)
+    saved = [
+        (attr, _names.saved_name(attr[7:]))
+        for attr in dir(kind)
+        if attr.startswith("_saved_") and not attr.endswith(("_sym_sizes", "_sym_strides"))
+    ]
+    saved.sort(key=lambda item: inputs.index(item[1]) if item[1] in inputs else len(inputs))
+    return inputs, tuple(saved)
 
 
 class TorchNode:
@@ -156,30 +172,29 @@ class TorchNode:
     __slots__ = ("fn", "name", "seq", "op", "edges", "saved", "attrs", "site", "out_shape", "out_dtype")
     backend = "torch"
 
-    def __init__(self, fn: Any, tag: Any, grad: np.ndarray, state: _Pass) -> None:
+    def __init__(self, fn: Any, tag: Tag, grad: np.ndarray, state: _Pass) -> None:
         self.fn, self.name, self.seq, self.site = fn, tag.name, tag.seq, tag.site
         self.out_shape, self.out_dtype = grad.shape, grad.dtype
         views: dict[tuple[int, int], _Neighbour] = {}  # one per next node and slot: `x * x` sends x two
-        self.edges = tuple(
+        self.edges = edges = tuple(
             None if nxt is None else views.get((id(nxt), nr)) or views.setdefault((id(nxt), nr), _Neighbour(nxt, nr))
             for nxt, nr in fn.next_functions
         )
-        inputs = _names.slot_names(tag.op, len(self.edges))
-        saved: list[tuple[str, np.ndarray]] = []
+        inputs, plan = _plan(type(fn), tag.op, len(edges))
+        saves: list[str] = []
+        self.saved: list[np.ndarray] = []
         self.attrs: dict[str, Any] = {}
-        for attr in _saved_attributes(type(fn)):
+        for attr, name in plan:
             try:
                 value = getattr(fn, attr)
             except RuntimeError:  # changed in place since, or released: the backward itself says so
                 continue
             if isinstance(value, torch.Tensor):
-                saved.append((_names.saved_name(attr[7:]), state.array(value)))
+                saves.append(name)
+                self.saved.append(state.array(value))
             elif type(value) in (int, float, bool):
-                self.attrs[attr[7:]] = value
-        if len(saved) > 1:  # inputs in their order (torch lists them by name), then the others
-            saved.sort(key=lambda item: inputs.index(item[0]) if item[0] in inputs else len(inputs))
-        self.saved = [array for _, array in saved]
-        self.op = _Op(tag.op, inputs, tuple(name for name, _ in saved))
+                self.attrs[name] = value
+        self.op = _Op(tag.op, inputs, tuple(saves))
 
     @property
     def in_meta(self) -> tuple[tuple[tuple[int, ...], np.dtype] | None, ...]:

@@ -208,11 +208,15 @@ def test_a_guard_closed_out_of_order_leaves_the_level_to_the_guards_still_open(r
     assert max(levels(records, "exp")) == 4
 
 
-def test_the_mode_leaves_the_thread_when_its_last_guard_closes():
-    """No torch-function mode stays behind: calls after the guard cost nothing."""
+def test_the_mode_is_installed_only_while_a_guard_that_logs_is_open():
+    """One torch-function mode for all of a thread's guards, there only while one of them is 3 or more (a
+    mode costs every torch call): none under a guard of level 0, none left behind."""
     depth = torch._C._len_torch_function_stack()
-    with dvt.backward_vlog_guard(4), dvt.backward_vlog_guard(5):
-        assert torch._C._len_torch_function_stack() == depth + 1  # one mode for all of the thread's guards
+    with dvt.backward_vlog_guard(0):
+        assert torch._C._len_torch_function_stack() == depth
+        with dvt.backward_vlog_guard(4), dvt.backward_vlog_guard(5):
+            assert torch._C._len_torch_function_stack() == depth + 1
+        assert torch._C._len_torch_function_stack() == depth
     assert torch._C._len_torch_function_stack() == depth
 
 
