@@ -37,7 +37,8 @@ _graph_task_id = torch._C._current_graph_task_id
 _will_run = torch._C._will_engine_execute_node
 _ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"  # (its name(); torch_node says AccumulateGrad)
 _log = get_logger(ENGINE)
-_running = threading.local()  # the NodeLog of the node this thread is running, between its two hooks
+_running = threading.local()  # per thread, the nodes begun and not finished, innermost last (see prehook)
+_MAX_OPEN = 32  # entries a failed backward can leave there, kept at most
 _leaf_names: dict[int, str] = {}  # by id: a WeakKeyDictionary would compare tensors with ==, elementwise
 
 
@@ -93,6 +94,7 @@ class _Pass:
 
 
 _passes: dict[int, _Pass] = {}
+_MAX_PASSES = 16  # pass states kept: a pass that fails never reaches `_end_pass`
 
 
 def _pass() -> _Pass:
@@ -100,6 +102,8 @@ def _pass() -> _Pass:
     task = _graph_task_id()
     state = _passes.get(task)
     if state is None:
+        if len(_passes) >= _MAX_PASSES:  # the oldest first (insertion order), left by failed passes
+            _passes.pop(next(iter(_passes)), None)
         state = _passes[task] = _Pass(task + 1)  # (passes count from 1, as our engine's)
         torch.autograd.Variable._execution_engine.queue_callback(functools.partial(_end_pass, task))
     return state
@@ -252,8 +256,8 @@ _RUNS = _Runs()
 
 # -- the hooks ---------------------------------------------------------------------------------------------
 def prehook(grad_outputs: tuple) -> None:
-    """A tagged node is about to run: its begin lines."""
-    _running.log = None
+    """A tagged node is about to run: its begin lines. What its hook needs is kept per thread on a stack:
+    a node may run a backward of its own before it finishes (reentrant checkpointing)."""
     try:
         fn = _current_node()
         grad = next((g for g in grad_outputs if g is not None), None)
@@ -264,19 +268,28 @@ def prehook(grad_outputs: tuple) -> None:
         array = state.array(grad)
         nlog = NodeLog(TorchNode(fn, tag, array, state), tag.level, state.id, state.stats, torch_node=tag.torch_name)
         nlog.begin(array)
-        _running.log = (fn, nlog, grad, state)
+        stack = _running.__dict__.setdefault("open", [])
+        stack.append((fn, nlog, grad, state))
+        if len(stack) > _MAX_OPEN:
+            del stack[0]
     except Exception as exc:  # the user's backward goes on
         report_failure("backward pre-hook", exc)
 
 
 def posthook(grad_inputs: tuple, grad_outputs: tuple) -> None:
     """A tagged node ran: its finish lines, and the nodes it reached."""
-    running = getattr(_running, "log", None)
-    _running.log = None
     try:
-        if running is None or running[0] is not _current_node():
+        stack = _running.__dict__.get("open")
+        if not stack:
             return
-        _, nlog, grad, state = running
+        fn = _current_node()
+        i = len(stack) - 1
+        while i >= 0 and stack[i][0] is not fn:
+            i -= 1
+        if i < 0:
+            return  # its pre-hook logged nothing
+        _, nlog, grad, state = stack[i]
+        del stack[i:]  # (above it: nodes of a nested backward that failed)
         outputs = tuple(None if g is None else state.array(g) for g in grad_inputs)
         nlog.finish(state.array(grad), outputs, _RUNS, None)
         if all(g is not grad for g in grad_inputs):

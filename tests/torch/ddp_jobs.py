@@ -72,5 +72,6 @@ if __name__ == "__main__":
     mode, results = sys.argv[1], Path(sys.argv[2])
     dvt.init()
     found = {"fp16": fp16, "no_sync": no_sync, "second_hook": second_hook}[mode]()
+    found["mpi_loaded"] = "mpi4py.MPI" in sys.modules
     results.mkdir(parents=True, exist_ok=True)
     (results / f"rank-{dist.get_rank()}.json").write_text(json.dumps(found))

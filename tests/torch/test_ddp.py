@@ -137,16 +137,28 @@ def test_distvlog_launch_runs_the_torch_example(tmp_path):
     assert (logs / "latest" / "timeline.log").is_file()
 
 
-def test_the_users_comm_hook_runs_inside_ours(tmp_path):
+@pytest.fixture(scope="module")
+def fp16_job(tmp_path_factory) -> tuple[Path, list[dict]]:
+    """Two ranks under torchrun training with the user's fp16 compression hook: (logs, each rank's results)."""
+    root = tmp_path_factory.mktemp("fp16")
+    proc = _run(torchrun(2, JOBS, "fp16", root / "results"), root / "logs")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root / "logs", [json.loads((root / "results" / f"rank-{r}.json").read_text()) for r in range(2)]
+
+
+def test_the_users_comm_hook_runs_inside_ours(fp16_job):
     """log_ddp(model, hook=fp16_compress_hook): DDP's one comm hook is ours, around the user's; the
     replicas stay identical and each bucket's allreduce is logged."""
-    logs = tmp_path / "logs"
-    proc = _run(torchrun(2, JOBS, "fp16", tmp_path / "results"), logs)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    weights = [json.loads((tmp_path / "results" / f"rank-{r}.json").read_text())["weight"] for r in range(2)]
-    assert weights[0] == weights[1]
+    logs, results = fp16_job
+    assert results[0]["weight"] == results[1]["weight"]
     ends = [r for r in merged(logs) if r["event"] == "allreduce end"]
     assert sorted({(r["rank"], r["step"]) for r in ends}) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_under_torchrun_mpi_is_never_initialised(fp16_job):
+    """torchrun's environment is enough: init() agrees on the run and the clocks over torch.distributed."""
+    _, results = fp16_job
+    assert [r["mpi_loaded"] for r in results] == [False, False]
 
 
 def test_a_step_is_an_optimizer_step_under_no_sync(tmp_path):

@@ -279,3 +279,52 @@ def test_import_distvlog_does_not_import_torch():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_mode_steps_aside_under_torch_compile():
+    """Dynamo traces a function called inside a guard whole (one graph, no break): the mode passes while
+    torch is compiling (the eager backend: no C++ compiler needed)."""
+    x = leaf(4)
+    with dvt.backward_vlog_guard(4):
+        explained = torch._dynamo.explain(lambda t: torch.relu(t * 2).sum())(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+
+
+def test_a_node_that_runs_a_backward_of_its_own_still_logs_its_finish(records):
+    """A node whose backward runs a nested backward through tagged nodes (reentrant, as checkpointing does):
+    the nested node's lines come between the outer node's begin and its finish, and both are complete."""
+
+    class Reentrant(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            with torch.enable_grad():
+                ctx.inner = a.detach().requires_grad_()
+                with dvt.backward_vlog_guard(4):
+                    ctx.out = torch.sin(ctx.inner)
+            return ctx.out.detach()
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.autograd.grad(ctx.out, ctx.inner, g)[0]
+
+    x = leaf(3)
+    with dvt.backward_vlog_guard(4):
+        y = Reentrant.apply(x) * 2
+    y.sum().backward()
+    lines = [(r["torch_node"], str(r["event"])) for r in records if "torch_node" in r]
+    order = [
+        (kind, "begin" if text.endswith("begin run") else "finish")
+        for kind, text in lines
+        if text.endswith("begin run") or "Finish_AD_API_GRAD" in text
+    ]
+    assert order == [
+        ("MulBackward0", "begin"),
+        ("MulBackward0", "finish"),
+        ("ReentrantBackward", "begin"),
+        ("SinBackward0", "begin"),
+        ("SinBackward0", "finish"),
+        ("AccumulateGrad", "begin"),  # the leaf the forward made inside the outer guard, reached by grad()
+        ("AccumulateGrad", "finish"),
+        ("ReentrantBackward", "finish"),
+    ]
+    assert torch.allclose(x.grad, 2 * torch.cos(x.detach()))
