@@ -63,13 +63,13 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
 def as_array(t: torch.Tensor) -> np.ndarray:
     """A CPU tensor's memory as a numpy array (no copy); others copied to the CPU, widened where numpy has
     no such dtype."""
-    t = t.detach()
-    if not t.is_cpu:
-        t = t.cpu()
+    if t.requires_grad:  # (a saved input; gradients do not, but under create_graph)
+        t = t.detach()
     try:
         return t.numpy()
-    except (TypeError, RuntimeError):  # bfloat16
-        return t.float().numpy()
+    except (TypeError, RuntimeError):  # on another device, or bfloat16
+        t = t.cpu()
+        return t.numpy() if t.dtype != torch.bfloat16 else t.float().numpy()
 
 
 class _Pass:
@@ -117,12 +117,16 @@ def _end_pass(task: int) -> None:
 
 # -- nodes as the node log reads them ----------------------------------------------------------------------
 class _Op:
-    """What the node log reads of a node's op: its name, Paddle's `<op>_grad`, its inputs' and saved names."""
+    """What the node log reads of a node's op: its name, Paddle's `<op>_grad`, its inputs' and saved names
+    (one per combination: `op_of`)."""
 
     __slots__ = ("name", "grad_name", "inputs", "saves")
 
     def __init__(self, name: str, inputs: tuple[str, ...], saves: tuple[str, ...]) -> None:
         self.name, self.grad_name, self.inputs, self.saves = name, f"{name}_grad", inputs, saves
+
+
+op_of = functools.lru_cache(maxsize=1024)(_Op)
 
 
 class _Neighbour:
@@ -198,7 +202,7 @@ class TorchNode:
                 self.saved.append(state.array(value))
             elif type(value) in (int, float, bool):
                 self.attrs[name] = value
-        self.op = _Op(tag.op, inputs, tuple(saves))
+        self.op = op_of(tag.op, inputs, tuple(saves))
 
     @property
     def in_meta(self) -> tuple[tuple[tuple[int, ...], np.dtype] | None, ...]:
@@ -259,10 +263,12 @@ def prehook(grad_outputs: tuple) -> None:
     """A tagged node is about to run: its begin lines. What its hook needs is kept per thread on a stack:
     a node may run a backward of its own before it finishes (reentrant checkpointing)."""
     try:
+        grad = grad_outputs[0]
+        if grad is None:  # a node of several outputs: its first gradient (Paddle's nodes print one)
+            grad = next((g for g in grad_outputs if g is not None), None)
+            if grad is None:
+                return  # nothing reached it: it sends nothing either
         fn = _current_node()
-        grad = next((g for g in grad_outputs if g is not None), None)
-        if grad is None:
-            return  # nothing reached it: it sends nothing either
         tag = fn.metadata[KEY]
         state = _pass()
         array = state.array(grad)
