@@ -91,10 +91,31 @@ class Site:
         return "Forward Traceback (most recent call last):\n" + "".join(self.frames().format()).rstrip()
 
 
-class GradNode:
-    """The backward half of one forward op call."""
+class NodeView:
+    """What the node log reads of a node, beyond its own attributes (name, op, seq, edges, saved, attrs, site,
+    out_shape, out_dtype): the names its tensors print as. A GradNode is one; the torch adapter shows torch's
+    nodes as one."""
 
-    backend = "numpy"  # what the node log's kernel lines name (the torch adapter's nodes say `torch`)
+    __slots__ = ()
+    backend = "numpy"  # what the node log's kernel lines name
+
+    @property
+    def in_meta(self) -> tuple[tuple[tuple[int, ...], np.dtype] | None, ...]:
+        """Per input slot, the (shape, dtype) its gradient must have: the output of the node it flows to."""
+        return tuple(None if e is None else (e.out_shape, e.out_dtype) for e in self.edges)
+
+    @property
+    def out_name(self) -> str:
+        """The forward output tensor's name, from which its gradient takes `@Grad`."""
+        return tensor_name(self.op.name, self.seq, self.out_dtype, self.out_shape)
+
+    def input_name(self, slot: int) -> str:
+        edge = self.edges[slot]
+        return edge.out_name if edge is not None else "None"
+
+
+class GradNode(NodeView):
+    """The backward half of one forward op call."""
 
     __slots__ = (
         "op",
@@ -159,20 +180,6 @@ class GradNode:
                     f": version {counter[0]}, saved at {version}; run the forward again first"
                 )
         return None
-
-    @property
-    def in_meta(self) -> tuple[tuple[tuple[int, ...], np.dtype] | None, ...]:
-        """Per input slot, the (shape, dtype) its gradient must have: the output of the node it flows to."""
-        return tuple(None if e is None else (e.out_shape, e.out_dtype) for e in self.edges)
-
-    @property
-    def out_name(self) -> str:
-        """The forward output tensor's name, from which its gradient takes `@Grad`."""
-        return tensor_name(self.op.name, self.seq, self.out_dtype, self.out_shape)
-
-    def input_name(self, slot: int) -> str:
-        edge = self.edges[slot]
-        return edge.out_name if edge is not None else "None"
 
     def __repr__(self) -> str:
         return f"{self.name}(0x{id(self):x})"

@@ -18,9 +18,9 @@ Tensor dumps grow with the level as Paddle's: 3 names, 4 + pointers, 5 + TensorI
 (`engine=3`, for every node and the pass's `backward begin`/`backward end` records) or a node's tag is 3
 or more; it then makes a `NodeLog` for each node whose level is.
 
-`NodeLog` reads a node only through what a `GradNode` shows (name, seq, op's grad_name, inputs and
-saves, edges, saved, attrs, site, out_name, in_meta, input_name, backend) and gradients as numpy arrays:
-the PyTorch adapter (`distvlog.torch`) shows torch's nodes so, and prints its lines through this class.
+`NodeLog` reads a node only as a `NodeView` (name, seq, op's grad_name, inputs and saves, edges, saved,
+attrs, site, backend and the tensor names) with gradients as numpy arrays: a GradNode is one, and the
+PyTorch adapter (`distvlog.torch`) shows torch's nodes as one, so both print through this class.
 """
 
 from __future__ import annotations

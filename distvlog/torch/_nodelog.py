@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..autograd.node import ACCUMULATION, Site, shape_text, tensor_name
+from ..autograd.node import ACCUMULATION, NodeView, Site, shape_text, tensor_name
 from ..autograd.nodelog import ENGINE, NodeLog
 from ..logger import flush, get_logger
 from . import _names
@@ -173,7 +173,7 @@ def _plan(kind: type, op: str, edges: int) -> tuple[tuple[str, ...], tuple[tuple
     return inputs, tuple(saved)
 
 
-class TorchNode:
+class TorchNode(NodeView):
     """A tagged torch node, read as the node log reads a GradNode. Built in the node's pre-hook, before it
     runs: its saved tensors are read then (a pass without retain_graph releases them as the node runs)."""
 
@@ -204,23 +204,11 @@ class TorchNode:
                 self.attrs[name] = value
         self.op = op_of(tag.op, inputs, tuple(saves))
 
-    @property
-    def in_meta(self) -> tuple[tuple[tuple[int, ...], np.dtype] | None, ...]:
-        return tuple(None if e is None else (e.out_shape, e.out_dtype) for e in self.edges)
-
-    @property
-    def out_name(self) -> str:
-        return tensor_name(self.op.name, self.seq, self.out_dtype, self.out_shape)
-
-    def input_name(self, slot: int) -> str:
-        edge = self.edges[slot]
-        return edge.out_name if edge is not None else "None"
-
     def __repr__(self) -> str:
         return f"{self.name}(0x{id(self.fn):x})"
 
 
-class LeafNode:
+class LeafNode(NodeView):
     """A leaf created inside a guard, read as our GradNodeAccumulation (labelled by torch's AccumulateGrad
     node, which runs the leaf's hooks, under autograd.grad() too)."""
 
