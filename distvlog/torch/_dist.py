@@ -175,8 +175,8 @@ def finalize() -> None:
 
 def _release() -> None:
     """Drop the reducers of live DDP models, then destroy the process groups."""
-    for obj in gc.get_objects():
-        if isinstance(obj, DistributedDataParallel) and hasattr(obj, "reducer"):
+    for obj in gc.get_objects():  # (by type: isinstance would ask some objects their __class__, and warn)
+        if issubclass(type(obj), DistributedDataParallel) and hasattr(obj, "reducer"):
             del obj.reducer
     gc.collect()
     if dist.is_initialized():
