@@ -37,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 import distvlog as dv  # noqa: E402
 import distvlog.torch as dvt  # noqa: E402
-from distvlog._checksum import checksum  # noqa: E402
+from distvlog.checksum import checksum  # noqa: E402
 
 
 def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:

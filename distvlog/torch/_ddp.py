@@ -25,12 +25,12 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from .._checksum import checksum
+from ..checksum import checksum
+from ..format import ALLREDUCE_BEGIN, ALLREDUCE_END
 from ..logger import bind_context, get_logger
 from ._nodelog import as_array, name_leaves, report_failure
 
 PARAMETER_LAYOUT, PARAMETERS = "parameter layout", "parameters"
-ALLREDUCE_BEGIN, ALLREDUCE_END = "allreduce begin", "allreduce end"
 _log = get_logger("distvlog.torch.ddp")
 _watched: "weakref.WeakSet[_Watch]" = weakref.WeakSet()  # their last digests at finalize()
 

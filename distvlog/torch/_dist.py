@@ -30,9 +30,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..dist import clock
-from ..dist.run import log_end
-from ..logger import IDENTITY, SINK, configure, flush, get_logger, unbind_context
-from ..logger._rundir import default_run_id
+from ..launch.run import log_end
+from ..logger import IDENTITY, SINK, configure, default_run_id, flush, get_logger, unbind_context
 from ._comm import TorchComm
 
 _log = get_logger("distvlog.torch")
