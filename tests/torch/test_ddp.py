@@ -181,3 +181,17 @@ def test_a_model_with_a_comm_hook_already_gets_an_error_saying_how(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     error = json.loads((tmp_path / "results" / "rank-0.json").read_text())["error"]
     assert "log_ddp(model, hook=your_hook, state=your_state)" in error
+
+
+def test_a_fault_only_train_py_plants_is_refused(tmp_path):
+    """--inject-extra-allreduce-rank would need a second backward without a forward, which DDP refuses:
+    train_torch.py says so before starting, as argparse refuses (status 2, one line)."""
+    logs = tmp_path / "logs"
+    proc = _run([sys.executable, str(TRAIN), "--steps", "5", "--inject-extra-allreduce-rank", "1"], logs)
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("train_torch.py: error: --inject-extra-allreduce-rank: planted by launch/train.py only")
+    ), proc.stderr
+    assert not logs.exists()
