@@ -7,6 +7,8 @@ through the environment), only without clock offsets: a lazy start must never wa
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..format import CLOCK_END, CLOCK_START
 from ..logger import IDENTITY, SINK, configure, default_run_id, get_logger, unbind_context
 from . import clock, comm
@@ -25,22 +27,30 @@ def init(*, log_dir: str | None = None, format: str | None = None, run_id: str |
     private = comm.private("session")
     if SINK.path is None:
         configure(format=format, log_dir=log_dir)
-    if world.rank == 0:
-        # Rank 0's file decides the run: a reused run id moves it on to <id>.1, and every rank follows it
-        # there, whatever files an earlier job with that id (and another number of ranks) left behind.
-        if SINK.path is None:
-            configure(run_id=run_id or SINK.run_id or default_run_id(world.size))
-        SINK.open()
-    shared = private.bcast(SINK.run_id if world.rank == 0 else None, root=0)
-    if SINK.path is None:
-        configure(run_id=shared)
-    elif SINK.run_id != shared:
-        _log.warning(f"this rank already logs to run {SINK.run_id}, rank 0 to run {shared}: call "
-                     "distvlog.init() before the first log record")
+    shared = agree_on_run(private, run_id, "distvlog.init()")
     offset, uncertainty = clock.record(private, CLOCK_START)
     _log.info("dist init", world_size=world.size, run_id=shared, clock_offset_us=round(offset, 1),
               clock_uncertainty_us=round(uncertainty, 1))
     _state["initialized"] = True
+
+
+def agree_on_run(comm: Any, run_id: str | None, init_name: str) -> str:
+    """Collective over `comm` (an mpi4py communicator, or anything with its `rank`, `size` and `bcast`):
+    every rank logs into rank 0's run, which is returned. `init_name` is the init function a rank that
+    logged before it should have called first."""
+    if comm.rank == 0:
+        # Rank 0's file decides the run: a reused run id moves it on to <id>.1, and every rank follows it
+        # there, whatever files an earlier job with that id (and another number of ranks) left behind.
+        if SINK.path is None:
+            configure(run_id=run_id or SINK.run_id or default_run_id(comm.size))
+        SINK.open()
+    shared = comm.bcast(SINK.run_id if comm.rank == 0 else None, root=0)
+    if SINK.path is None:
+        configure(run_id=shared)
+    elif SINK.run_id != shared:
+        _log.warning(f"this rank already logs to run {SINK.run_id}, rank 0 to run {shared}: call "
+                     f"{init_name} before the first log record")
+    return shared
 
 
 def finalize(*, gather: bool = False) -> None:
@@ -76,5 +86,5 @@ def get_world_size() -> int:
     return IDENTITY.world_size
 
 
-__all__ = ["DataParallel", "DataParallelError", "finalize", "get_rank", "get_world_size", "init",
+__all__ = ["DataParallel", "DataParallelError", "agree_on_run", "finalize", "get_rank", "get_world_size", "init",
            "is_initialized"]

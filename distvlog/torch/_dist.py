@@ -29,9 +29,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..dist import clock
+from ..dist import agree_on_run, clock
+from ..format import CLOCK_END, CLOCK_START
 from ..launch.run import log_end
-from ..logger import IDENTITY, SINK, configure, default_run_id, flush, get_logger, unbind_context
+from ..logger import IDENTITY, SINK, configure, flush, get_logger, unbind_context
 from ._comm import TorchComm
 
 _log = get_logger("distvlog.torch")
@@ -114,8 +115,8 @@ def init(
         dist.init_process_group(backend, **({"timeout": timeout} if timeout is not None else {}))
     IDENTITY.rank, IDENTITY.world_size = dist.get_rank(), dist.get_world_size()
     comm = _state["comm"] = TorchComm()
-    shared = _agree_on_run(comm, run_id)
-    offset, uncertainty = clock.record(comm, "clock_start")
+    shared = agree_on_run(comm, run_id, "distvlog.torch.init()")
+    offset, uncertainty = clock.record(comm, CLOCK_START)
     _log.info(
         "dist init",
         world_size=comm.size,
@@ -127,23 +128,6 @@ def init(
     )
     _state["initialized"] = True
     atexit.register(_at_exit)
-
-
-def _agree_on_run(comm: TorchComm, run_id: str | None) -> str:
-    """Rank 0's run id on every rank (rank 0's file decides it: see `distvlog.dist.init`)."""
-    if comm.rank == 0:
-        if SINK.path is None:
-            configure(run_id=run_id or SINK.run_id or default_run_id(comm.size))
-        SINK.open()
-    shared = comm.bcast(SINK.run_id if comm.rank == 0 else None, root=0)
-    if SINK.path is None:
-        configure(run_id=shared)
-    elif SINK.run_id != shared:
-        _log.warning(
-            f"this rank already logs to run {SINK.run_id}, rank 0 to run {shared}: call "
-            "distvlog.torch.init() before the first log record"
-        )
-    return shared
 
 
 def is_initialized() -> bool:
@@ -165,7 +149,7 @@ def finalize() -> None:
     log_final_digests()
     if dist.is_initialized():  # (else the script destroyed the process groups itself)
         try:
-            clock.record(_state["comm"], "clock_end")
+            clock.record(_state["comm"], CLOCK_END)
         except Exception as exc:  # a peer gone (its process group broken): the offsets stay those of the start
             _log.warning(f"distvlog.torch.finalize(): no closing clock offsets ({type(exc).__name__}: {exc})")
     _release()
