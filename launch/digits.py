@@ -11,11 +11,16 @@ import faults
 import numpy as np
 
 
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A script's parser whose --help shows the whole of its docstring, as written."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of both examples, the fault flags last."""
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--batch-size", type=int, default=32, help="per rank")
-    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
+    """The flags of both examples (a script adds its own, then the fault flags)."""
+    p.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
+    p.add_argument("--batch-size", type=int, default=32, help="examples per rank and step (default 32)")
+    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="(default adam)")
     p.add_argument(
         "--data",
         choices=("auto", "digits", "synthetic"),
@@ -23,12 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="scikit-learn's digits, or seeded synthetic data like them (default auto: digits when installed)",
     )
     p.add_argument("--lr", type=float, help="learning rate (default: 0.01 for adam, 0.1 for sgd)")
-    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=64, help="width of the two hidden layers (default 64)")
     p.add_argument(
-        "--guard-level", type=int, default=5, help="backward_vlog_guard level of the middle layer (0: no guard)"
+        "--guard-level",
+        type=int,
+        default=5,
+        help="backward_vlog_guard level of the middle layer (default 5; 0: no guard)",
     )
-    p.add_argument("--bucket-mb", type=float, default=0.02, help="allreduce bucket size (MB)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bucket-mb", type=float, default=0.02, help="allreduce bucket size in MB (default 0.02)")
+    p.add_argument("--seed", type=int, default=0, help="data, initial parameters and batches (default 0)")
 
 
 def check(p: argparse.ArgumentParser, args: argparse.Namespace, at_least: tuple[tuple[str, int], ...] = ()) -> None:

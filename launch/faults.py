@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 DEFAULT_STEP = 3
 SLOW_MS = 20.0
+EXPLOSION = 1e6  # --inject-explode: the factor on the middle layer's gradient
+FLIPPED_BIT = 1 << 12  # --inject-bitflip: a low mantissa bit of a float32 (x1.0005: training goes on unaware)
 
 
 @dataclass(frozen=True)

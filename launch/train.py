@@ -26,6 +26,7 @@ import contextlib
 import sys
 import time
 
+import digits
 import faults
 import numpy as np
 from mpi4py import MPI
@@ -33,60 +34,22 @@ from mpi4py import MPI
 import distvlog as dv
 import distvlog.nn.functional as F
 
-EXPLOSION = 1e6  # --inject-explode: the factor on the middle layer's gradient
-FLIPPED_BIT = 1 << 12  # --inject-bitflip: a low mantissa bit of a float32 (x1.0005: training goes on unaware)
-
 
 def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--batch-size", type=int, default=32, help="per rank")
-    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
-    p.add_argument(
-        "--data",
-        choices=("auto", "digits", "synthetic"),
-        default="auto",
-        help="scikit-learn's digits, or seeded synthetic data like them (default auto: digits when installed)",
-    )
-    p.add_argument("--lr", type=float, help="learning rate (default: 0.01 for adam, 0.1 for sgd)")
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument(
-        "--guard-level", type=int, default=5, help="backward_vlog_guard level of the middle layer (0: no guard)"
-    )
-    p.add_argument("--bucket-mb", type=float, default=0.02, help="allreduce bucket size (MB)")
+    p = digits.parser(__doc__)
+    digits.add_arguments(p)
     p.add_argument("--overlap", action="store_true", help="start allreduces during backward")
     p.add_argument("--debug", action="store_true", help="DataParallel debug checks (also DISTVLOG_DP_DEBUG=1)")
-    p.add_argument("--dist-v", type=int, default=1, help="verbosity of DataParallel's own records")
+    p.add_argument("--dist-v", type=int, default=1, help="verbosity of DataParallel's own records (default 1)")
     p.add_argument(
         "--gather",
         action="store_true",
         help="at the end, copy every rank's log into rank 0's run directory (node-local log dirs)",
     )
-    p.add_argument("--seed", type=int, default=0)
     faults.add_arguments(p)
     args = p.parse_args()
-    _check(p, args)
+    digits.check(p, args, at_least=(("dist_v", 0),))
     return p, args
-
-
-def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse what would be ignored silently or fail deep inside, as argparse refuses (usage, the reason,
-    status 2)."""
-    for name, least in (("steps", 1), ("batch_size", 1), ("hidden", 1), ("guard_level", 0), ("dist_v", 0)):
-        value = getattr(args, name)
-        if value is not None and value < least:
-            p.error(f"{_flag(name)} {value}: must be at least {least}")
-    for name in ("lr", "bucket_mb"):
-        value = getattr(args, name)
-        if value is not None and not value > 0:  # (NaN too)
-            p.error(f"{_flag(name)} {value}: must be positive")
-    if args.data == "digits" and _load_digits() is None:
-        p.error("--data digits: needs scikit-learn (pip install scikit-learn), or use --data synthetic")
-    faults.check(p, args)
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def check_against_world(p: argparse.ArgumentParser, args: argparse.Namespace, rank: int, world: int) -> None:
@@ -101,30 +64,6 @@ def check_against_world(p: argparse.ArgumentParser, args: argparse.Namespace, ra
         print(f"{p.prog}: error: {error}", file=sys.stderr, flush=True)
     MPI.COMM_WORLD.Barrier()
     sys.exit(2)
-
-
-def _load_digits():  # -> sklearn's loader, or None
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:
-        return None
-    return load_digits
-
-
-def load_data(choice: str, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
-    """(features, labels, name): scikit-learn's digits, or a look-alike from a seeded RNG."""
-    loader = _load_digits() if choice != "synthetic" else None
-    if loader is None:
-        rng = np.random.default_rng(seed)
-        centers = rng.normal(0.0, 1.0, (10, 64))
-        labels = rng.integers(0, 10, 1797)
-        features = centers[labels] + rng.normal(0.0, 2.5, (1797, 64))
-        name = "synthetic digits-like data" + (" (scikit-learn not installed)" if choice == "auto" else "")
-    else:
-        digits = loader()
-        features, labels, name = digits.data, digits.target, "scikit-learn digits"
-    features = (features - features.mean(0)) / (features.std(0) + 1e-6)
-    return features.astype("float32"), labels.astype("int64"), name
 
 
 class MLP(dv.nn.Layer):
@@ -163,10 +102,8 @@ def main() -> None:
     dv.set_vlog_level({"parallel": args.dist_v})
     log = dv.get_logger("train")
 
-    features, labels, data_name = load_data(args.data, args.seed)
-    order = np.random.default_rng(args.seed).permutation(len(labels))
-    test, train = order[: len(order) // 5], order[len(order) // 5 :]
-    shard = train[rank::world]  # this rank's share of the training set
+    features, labels, data_name = digits.load_data(args.data, args.seed)
+    shards = digits.Shards(labels, args.seed, rank, world)
 
     dv.seed(args.seed)
     model = dv.DataParallel(
@@ -185,19 +122,18 @@ def main() -> None:
     )
     if rank == 0:
         print(
-            f"training on {data_name}: {len(train)} examples in {world} shards, {len(test)} for testing; "
+            f"training on {data_name}: {len(shards.train)} examples in {world} shards, {len(shards.test)} for testing; "
             f"{args.optimizer} lr={lr}, {len(model.buckets)} allreduce buckets",
             flush=True,
         )
-    rng = np.random.default_rng(args.seed + 1 + rank)
     for step in range(args.steps):
         started = time.perf_counter()
-        batch = rng.choice(shard, min(args.batch_size, len(shard)), replace=False)
+        batch = shards.batch(args.batch_size)
         poison = boost = None  # on every rank when some rank plants the fault: the same graph everywhere
         if plan.anywhere("nan"):
             poison = dv.to_tensor(np.float32(0.0 if plan.now("nan", step) else 1.0))
         if plan.anywhere("explode"):
-            boost = dv.to_tensor(np.float32(EXPLOSION if plan.now("explode", step) else 1.0))
+            boost = dv.to_tensor(np.float32(faults.EXPLOSION if plan.now("explode", step) else 1.0))
         logits = model(dv.to_tensor(features[batch]), poison, boost, other_graph=plan.now("graph", step))
         loss = F.cross_entropy(logits, dv.to_tensor(labels[batch]))
         if plan.now("slow"):
@@ -216,7 +152,7 @@ def main() -> None:
         optimizer.clear_grad()
         if plan.now("bitflip", step):
             weight = model.fc2.weight.numpy()
-            weight.view(np.uint32).flat[0] ^= FLIPPED_BIT
+            weight.view(np.uint32).flat[0] ^= faults.FLIPPED_BIT
         mean_loss = MPI.COMM_WORLD.allreduce(float(loss.item()), op=MPI.SUM) / world
         log.info("train step", loss=float(loss.item()), mean_loss=mean_loss)
         if rank == 0:
@@ -224,9 +160,9 @@ def main() -> None:
 
     digest = model.check_parameters()
     with dv.no_grad():
-        predicted = model(dv.to_tensor(features[test])).numpy().argmax(1)
+        predicted = model(dv.to_tensor(features[shards.test])).numpy().argmax(1)
     if rank == 0:
-        print(f"test accuracy {np.mean(predicted == labels[test]):.3f}", flush=True)
+        print(f"test accuracy {np.mean(predicted == labels[shards.test]):.3f}", flush=True)
         print(f"parameters bit-identical on all {world} ranks: digest {digest}", flush=True)
     dv.finalize(gather=args.gather)
 

@@ -45,13 +45,11 @@ import distvlog as dv  # noqa: E402
 import distvlog.torch as dvt  # noqa: E402
 from distvlog.checksum import checksum  # noqa: E402
 
-EXPLOSION = 1e6  # --inject-explode: the factor on the middle layer's gradient
-FLIPPED_BIT = 1 << 12  # --inject-bitflip: a low mantissa bit of a float32 (x1.0005: training goes on unaware)
 NOT_HERE = ("extra-allreduce", "skip-allreduce")  # faults only train.py plants
 
 
 def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = digits.parser(__doc__)
     digits.add_arguments(p)
     faults.add_arguments(p)
     args = p.parse_args()
@@ -138,7 +136,7 @@ def main() -> None:
         if plan.anywhere("nan"):
             poison = torch.tensor(0.0 if plan.now("nan", step) else 1.0)
         if plan.anywhere("explode"):
-            boost = torch.tensor(EXPLOSION if plan.now("explode", step) else 1.0)
+            boost = torch.tensor(faults.EXPLOSION if plan.now("explode", step) else 1.0)
         logits = model(torch.from_numpy(features[batch]), poison, boost, other_graph=plan.now("graph", step))
         loss = F.cross_entropy(logits, torch.from_numpy(labels[batch]))
         if plan.now("slow"):
@@ -151,7 +149,7 @@ def main() -> None:
         optimizer.zero_grad()
         if plan.now("bitflip", step):
             with torch.no_grad():
-                model.module.fc2.weight.view(-1)[:1].view(torch.int32).bitwise_xor_(FLIPPED_BIT)
+                model.module.fc2.weight.view(-1)[:1].view(torch.int32).bitwise_xor_(faults.FLIPPED_BIT)
         mean_loss = loss.detach().clone()
         dist.all_reduce(mean_loss)
         log.info("train step", loss=loss.item(), mean_loss=mean_loss.item() / world)
