@@ -79,6 +79,15 @@ written from it alone reads every file distvlog writes.
     Records the logger writes about itself (the end of a script, signals, failures outside user code) are
     also at `distvlog:0`.
 
+2.7 Records a writer could not write. When writing fails (a full disk, a file-size limit, an I/O error, the
+    file deleted or replaced), the writer drops whole records and counts them; what reached the file of a
+    record being written is taken back (the file is truncated to where that write began). Once it can write
+    again, its first record is a W record at `distvlog:0` whose message starts with DROPPED (`records
+    dropped`), with the fields `dropped` (how many, an int) and `reason` (the error, a str). A file that was
+    deleted is created again with a new header (a new meta record, same run, rank and pid), and its first
+    record after the meta record is that W record. A value the writer could not render (its __str__ raised,
+    a container nested too deeply or containing itself) is written as the str `<unrenderable TYPE: ERROR>`.
+
 3. JSON LINES
 3.1 One JSON object per line: `ts` (epoch µs, int), `severity`, `v` (when the record is a VLOG), `rank`,
     `world_size`, `tid`, `file`, `line`, `event` (the message, a str), then the fields; keys in any order.
@@ -182,6 +191,8 @@ COUNT_TEXT = f" {COUNT_NAME}="  # how a body's count begins (2.3): a bare name, 
 OWN_FILE, OWN_LINE = "distvlog", 0  # the call site of the logger's own records
 META_EVENT = "distvlog-meta"
 META_FIELD = "meta"
+DROPPED = "records dropped"  # the W record a writer adds once it can write again after failing (2.7)
+DROPPED_COUNT, DROPPED_REASON = "dropped", "reason"
 END_RECORD = "the script ended"  # a rank's last record when its script ended (`distvlog launch` runs it)
 # Where a signal found a rank's main thread: the first words after the signal's name in its W record.
 BLOCKED_IN_C = " arrived while the main thread was blocked in C"
@@ -240,8 +251,8 @@ def _text(value: Any) -> str:
     """str(value); when its __str__ raises, a placeholder naming its type (a log call never raises)."""
     try:
         return str(value)
-    except Exception:
-        return f"<unprintable {type(value).__name__}>"
+    except Exception as exc:
+        return unrenderable(value, exc)
 
 
 def _json_safe(value: Any) -> Any:
@@ -798,6 +809,20 @@ class GlogWriter:
         return head.encode() + self.records(
             meta["created_us"], "I", meta["tid"], OWN_FILE, OWN_LINE, meta["rank"], ((message, ""),)
         )
+
+
+def unrenderable(value: Any, exc: BaseException) -> str:
+    """The text standing for a value that cannot be rendered (2.7)."""
+    return f"<unrenderable {type(value).__name__}: {type(exc).__name__}>"
+
+
+_RECORD_START = re.compile(rb"^[IWEF][0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6} ", re.M)
+
+
+def count_records(data: bytes, fmt: str) -> int:
+    """How many records `data` (whole records as a writer made them) holds: its lines that start a record in
+    glog text (2.2: a continuation line never looks like one), its lines in JSON lines."""
+    return data.count(b"\n") if fmt == "jsonl" else len(_RECORD_START.findall(data))
 
 
 def record_text(prefix: str, message: str, fields: str) -> str:

@@ -36,7 +36,8 @@ _signals_installed = False
 def _timer_loop() -> None:
     stop = threading.Event()
     while not stop.wait(FLUSH_INTERVAL_S):
-        SINK.flush()
+        with contextlib.suppress(Exception):  # (flush contains write failures; this thread must outlive anything)
+            SINK.flush()
 
 
 def _at_exit() -> None:

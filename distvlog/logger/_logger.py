@@ -22,7 +22,7 @@ from . import _rules
 from ._clock import now_us
 from ._identity import IDENTITY
 from ._processors import CONTEXT, add_record_fields, caller_site, skip_frames_of, thread_id
-from ._render import GlogRenderer
+from ._render import GlogRenderer, salvage
 from ._sink import SINK
 
 Processor = Callable[[Any, str, dict], Any]
@@ -52,10 +52,12 @@ def _emitter(method: str) -> Callable[..., None]:
         try:
             for processor in self._processors:
                 ed = processor(self._logger, method, ed)
+            if type(ed) is not bytes:  # a user renderer that returns text
+                ed = (ed if isinstance(ed, str) else str(ed)).encode() + b"\n"
         except structlog.DropEvent:
             return
-        if type(ed) is not bytes:  # a user renderer that returns text
-            ed = (ed if isinstance(ed, str) else str(ed)).encode() + b"\n"
+        except Exception as exc:  # a log call never raises: what could not be rendered becomes placeholders
+            ed = salvage(SINK.renderer, {**self._context, **fields}, event, method, exc)
         getattr(self._logger, method)(ed)
 
     emit.__name__ = emit.__qualname__ = method

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..format import meta_of_head
 
-_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -136,7 +136,7 @@ def create_rank_file(root: Path, run_id: str, stem: str, suffix: str, pid: int) 
         for name in names:
             path = root / rid / name
             try:
-                return os.open(path, _FLAGS, 0o644), path, rid
+                return os.open(path, CREATE_FLAGS, 0o644), path, rid
             except FileExistsError:
                 continue
     raise OSError(f"could not create {stem}{suffix} under {root}/{run_id}.*: 1000 runs use that id")

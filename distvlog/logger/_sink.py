@@ -3,10 +3,17 @@
 Every record is appended to the buffer whole and the buffer goes to the OS in one `os.write`, so the file
 never holds a torn record, even after SIGKILL. A forked child gets its own file instead of its parent's
 buffer. The rest of "never lose a record" (timer, signals, exit, exceptions) lives in `_lifecycle`.
+
+Writing never raises into the caller. When the file cannot be written (a full disk, a file-size limit, an
+I/O error, the file or its directory deleted), the records are dropped and counted, one line on stderr says
+so, and every later flush tries again; the first write that succeeds starts with a record of how many were
+dropped and why (the format's DROPPED). A deleted file is created again, in the same run directory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sys
 import threading
@@ -49,6 +56,11 @@ class RankFile:
         self._buf = bytearray()  # whole records only
         self._fd = -1
         self._child = False
+        self._opening = False  # a handler logging while the file is being created waits in the buffer
+        self._meta: dict | None = None  # the meta record of the file; its header is owed while _head_owed
+        self._head_owed = False
+        self._dropped = 0  # records dropped since the last successful write
+        self._drop_reason: str | None = None  # set while writing fails
 
     # -- configuration (before the first record) ---------------------------------------------------
     def configure(
@@ -84,7 +96,7 @@ class RankFile:
         """WARNING and above: flushed at once and (unless the caller prints it anyway) echoed to stderr."""
         with self._lock:
             if self._fd < 0:
-                self._open()
+                self.open()
             self._buf.extend(record)
             self._flush_locked()
         if echo and self.file_open:  # (else the record went to stderr already)
@@ -101,16 +113,91 @@ class RankFile:
     # -- internals -----------------------------------------------------------------------------------
     def _flush_locked(self) -> None:
         buf = self._buf
-        if buf:
+        if buf and self._fd >= 0:  # (no file yet: a handler logged while it is being created)
             data = bytes(buf)  # whole records: each was appended in one step
             del buf[: len(data)]  # what lock-free writers appended meanwhile stays for the next flush
-            _write_all(self._fd, data)
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        """Write whole records, or drop and count them: never raises."""
+        if self.path is None:  # stderr or /dev/null: nowhere else to say it
+            with contextlib.suppress(OSError):
+                _write_all(self._fd, data)
+            return
+        try:
+            stat = os.fstat(self._fd)
+            if stat.st_nlink == 0:  # deleted (or its directory): records written there are lost for good
+                self._drop(0, "the log file was deleted")
+                stat = self._recreate()
+            out = self._owed() + data
+            start = stat.st_size
+            try:
+                _write_all(self._fd, out)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)  # no torn record: what reached the file is taken back
+                raise
+        except OSError as exc:
+            self._drop(_format.count_records(data, self.format), _reason(exc))
+            return
+        self._head_owed, self._dropped, self._drop_reason = False, 0, None
+
+    def _owed(self) -> bytes:
+        """What must precede the next records: the header of a file created again, and the record of the
+        records dropped."""
+        head = self.renderer.header({**self._meta, **self._clock}) if self._head_owed else b""
+        if self._drop_reason is None:
+            return head
+        ident = IDENTITY
+        dropped = self.renderer(
+            None,
+            "warning",
+            {
+                _format.EVENT: f"{_format.DROPPED}: {self._drop_reason}",
+                _format.DROPPED_COUNT: self._dropped,
+                _format.DROPPED_REASON: self._drop_reason,
+                _format.TS: now_us(),
+                _format.SEVERITY: "W",
+                _format.RANK: ident.rank,
+                _format.WORLD_SIZE: ident.world_size,
+                _format.TID: threading.get_native_id(),
+                _format.FILE: _format.OWN_FILE,
+                _format.LINE: _format.OWN_LINE,
+            },
+        )
+        return head + dropped
+
+    def _recreate(self) -> os.stat_result:
+        """A new file at the deleted one's path (and its run directory, if the log root is still there); its
+        header is owed. Raises OSError while that is impossible."""
+        path = self.path
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path.parent)
+        fd = os.open(path, _rundir.CREATE_FLAGS, 0o644)  # (exclusive: never into someone else's file)
+        os.close(self._fd)
+        self._fd, self._head_owed = fd, True
+        return os.fstat(fd)
+
+    def _drop(self, count: int, reason: str) -> None:
+        """Count dropped records; the first drop of a failure says so on stderr, once."""
+        if self._drop_reason is None:
+            _echo(
+                f"distvlog: rank {IDENTITY.rank} cannot write to {self.path}: {reason}; dropping records "
+                "(counted) until it can write again\n".encode()
+            )
+            self._drop_reason = reason
+        self._dropped += count
 
     def open(self) -> None:
-        """Create this process's file: at its first record, or earlier when asked (its run id is then final)."""
+        """Create this process's file: at its first record, or earlier when asked (its run id is then final).
+        A signal handler, atexit hook or __del__ that logs meanwhile (in this thread) waits in the buffer."""
         with self._lock:
-            if self._fd < 0:
-                self._open()
+            if self._fd < 0 and not self._opening:
+                self._opening = True
+                try:
+                    self._open()
+                finally:
+                    self._opening = False
 
     def _open(self) -> None:
         ident = IDENTITY
@@ -133,17 +220,18 @@ class RankFile:
             fmt=self.format,
             created_us=now_us(),
         )
-        meta.update(self._clock)
-        header = self.renderer.header(meta)
-        _write_all(fd, header)
+        self._meta, self._head_owed = meta, True
+        self._clock_offsets = _format.clock_slot_offsets(self.renderer.header({**meta, **self._clock}))
         self._fd, self.path, self.run_id, self.root = fd, path, rid, root
-        self._clock_offsets = _format.clock_slot_offsets(header)
+        self._write(b"")  # the header
         _rundir.point_latest(root, rid)
         _echo(
             f"distvlog: rank {ident.rank} (pid {ident.pid}) logs to {path}\n".encode()
         )  # one write: ranks' lines stay whole
         for callback in self.on_open:
-            callback(self)
+            # (a thread cannot start at interpreter shutdown: the file works without its timer)
+            with contextlib.suppress(Exception):
+                callback(self)
 
     def discard(self) -> None:
         """Write records nowhere, open no file: for a process whose records are no rank's (the `distvlog`
@@ -174,12 +262,14 @@ class RankFile:
         text = _format.clock_slot(offset_us, uncertainty_us, ts_us)
         with self._lock:
             self._clock[slot] = text
-            if self.file_open:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-                try:
-                    os.pwrite(fd, text.encode(), self._clock_offsets[slot])
-                finally:
-                    os.close(fd)
+            if self.file_open and not self._head_owed:  # (an owed header will carry it)
+                # (a descriptor of its own: pwrite on an O_APPEND one appends, on Linux)
+                with contextlib.suppress(OSError):  # the header keeps its earlier slot: the records matter more
+                    fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+                    try:
+                        os.pwrite(fd, text.encode(), self._clock_offsets[slot])
+                    finally:
+                        os.close(fd)
         if self._deferred_signal:
             self._redeliver()
 
@@ -245,6 +335,12 @@ class SignalsHeld:
             depth[tid] = left
         elif self._sink._deferred_signal:
             self._sink._redeliver()
+
+
+def _reason(exc: OSError) -> str:
+    """`No space left on device (ENOSPC)`."""
+    name = errno.errorcode.get(exc.errno or 0)
+    return f"{exc.strerror or exc}{f' ({name})' if name else ''}"
 
 
 def _echo(record: bytes) -> None:
