@@ -199,8 +199,11 @@ def _after_fork_in_child() -> None:
         _watcher_pipe = None
 
 
-def _on_open(_sink: RankFile) -> None:
+def _on_open(sink: RankFile) -> None:
     global _timer_pid
+    if sys.is_finalizing():  # (a __del__ at shutdown): a thread started now would never run, and start() waits
+        sink.buffer_bytes = 0  # for it; no timer, no later flush: each record goes to the file as it comes
+        return
     if _timer_pid != os.getpid():  # first file of this process (a forked child has no timer thread)
         threading.Thread(target=_timer_loop, name="distvlog-flush", daemon=True).start()
         _timer_pid = os.getpid()
