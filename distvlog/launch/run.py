@@ -15,51 +15,18 @@ import os
 import runpy
 import signal
 import sys
-import time
 import traceback
-from types import ModuleType
 from typing import NoReturn
 
 from ..dist import DataParallelError
 from ..format import END_RECORD
-from ..logger import FLUSH_INTERVAL_S, IDENTITY, SIGNAL_GRACE_S, SINK, flush, log_at, log_failure, log_interrupt
+from ..logger import IDENTITY, SINK, abort_job, log_at, log_failure, log_interrupt
 
 
 def _abort(code: int) -> NoReturn:
-    """End the whole job with status `code`: through MPI if this rank initialised it, else through a Hydra
-    launcher's PMI connection, else by exiting with `code` (Open MPI ends the job when a rank does so). A
-    Ctrl-C meanwhile would only interrupt the abort."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    flush()
-    time.sleep(2 * FLUSH_INTERVAL_S)
-    sys.stderr.flush()
-    mpi = _initialised_mpi()
-    if mpi is not None:
-        mpi.COMM_WORLD.Abort(code)
-    _pmi_abort(code)
+    """End the whole job with status `code` (see `abort_job`), else exit with it."""
+    abort_job(code)
     raise SystemExit(code)
-
-
-def _initialised_mpi() -> ModuleType | None:
-    """mpi4py's MPI module if this process has initialised MPI and not finalised it, else None. Never
-    initialises MPI (not comm.world(): its launch check may be the very error being reported): MPI_Init waits
-    for every rank, and ranks that finished without MPI, or failed, never come."""
-    mpi = sys.modules.get("mpi4py.MPI")
-    return mpi if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else None
-
-
-def _pmi_abort(code: int) -> None:
-    """Ask a Hydra launcher (MPICH's, Intel MPI's) to abort the job, over the PMI connection it gave this rank
-    (PMI_FD), which needs no MPI_Init: the ranks waiting in MPI_Init for this one end with it. Hydra kills
-    this process at once; the wait is bounded, for a PMI_FD that belongs to some other launcher."""
-    fd = os.environ.get("PMI_FD", "")
-    if not fd.isdigit():
-        return
-    try:
-        os.write(int(fd), f"cmd=abort exitcode={code}\n".encode())
-    except OSError:
-        return
-    time.sleep(SIGNAL_GRACE_S)
 
 
 def _say(line: str) -> None:
@@ -140,7 +107,7 @@ def main(argv: list[str]) -> None:
         _report_check(exc)
         _abort(1)
     except BaseException:
-        sys.excepthook(*sys.exc_info())  # distvlog's hook logs the traceback as an F record, then prints it
+        sys.excepthook(*sys.exc_info())  # distvlog's hook logs the traceback as an F record, prints it, aborts
         _abort(1)
     from ..dist import finalize, is_initialized
 

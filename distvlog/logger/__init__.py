@@ -15,7 +15,7 @@ from ._clock import now_us
 from ._env import boolean as env_boolean
 from ._env import read as read_env
 from ._identity import IDENTITY, LAUNCHER_VARS, rank_from_env
-from ._lifecycle import FLUSH_INTERVAL_S, SIGNAL_GRACE_S, log_at, log_failure, log_interrupt
+from ._lifecycle import FLUSH_INTERVAL_S, SIGNAL_GRACE_S, abort_job, log_at, log_failure, log_interrupt
 from ._logger import LineWriter, Logger, add_processor, bind_context, get_logger, unbind_context
 from ._processors import PACKAGE_DIR, code_site, is_distvlog_file
 from ._rules import level_for, set_vlog_level, vlog_guard
@@ -52,6 +52,7 @@ __all__ = [
     "SIGNAL_GRACE_S",
     "SINK",
     "LineWriter",
+    "abort_job",
     "Logger",
     "add_processor",
     "bind_context",

@@ -254,6 +254,32 @@ def log_at(method: str, event: str, where: traceback.FrameSummary | None) -> Non
     SINK.flush()
 
 
+def abort_job(code: int) -> None:
+    """End the whole job with status `code`, as `python -m mpi4py` does for an unhandled exception: through
+    MPI if this process initialised it, else through a Hydra launcher's PMI connection (MPICH, Intel MPI),
+    which needs no MPI_Init. Returns when neither applies (Open MPI ends the job when a rank exits non-zero;
+    torchrun's agent when one fails). First this rank's records are flushed, and the other ranks get two
+    flush intervals for theirs: they are usually blocked in MPI with the interpreter lock released, so their
+    flush threads run, and the abort kills them with SIGKILL, which no handler sees."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    mpi = mpi if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else None
+    pmi_fd = os.environ.get("PMI_FD", "")
+    if mpi is None and not pmi_fd.isdigit():
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C meanwhile would only interrupt the abort)
+    SINK.flush()
+    time.sleep(2 * FLUSH_INTERVAL_S)
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    if mpi is not None:
+        mpi.COMM_WORLD.Abort(code)
+    try:  # Hydra kills this process at once; the wait is bounded, for a PMI_FD of some other launcher
+        os.write(int(pmi_fd), f"cmd=abort exitcode={code}\n".encode())
+    except OSError:
+        return
+    time.sleep(SIGNAL_GRACE_S)
+
+
 def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal: bool) -> None:
     text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
     log_failure(f"Unhandled exception in {kind}:\n{text}", exc, tb, fatal)
@@ -267,6 +293,8 @@ def install() -> None:
         if not issubclass(exc_type, KeyboardInterrupt):
             _log_unhandled("main thread", exc_type, exc, tb, fatal=True)
         previous_hook(exc_type, exc, tb)
+        if IDENTITY.world_size > 1:  # (plain `mpirun python script.py`: the others would wait forever)
+            abort_job(128 + signal.SIGINT if issubclass(exc_type, KeyboardInterrupt) else 1)
 
     def thread_excepthook(args: Any) -> None:
         if args.exc_type is not SystemExit:
