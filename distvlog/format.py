@@ -88,6 +88,16 @@ written from it alone reads every file distvlog writes.
     record after the meta record is that W record. A value the writer could not render (its __str__ raised,
     a container nested too deeply or containing itself) is written as the str `<unrenderable TYPE: ERROR>`.
 
+2.8 How a rank's process ended, when it ended badly: `distvlog launch` runs each rank under a parent that
+    waits for it and then appends to its file an F record at `distvlog:0` whose message starts with DIED
+    (`the rank's process ended`), with the fields `status` (the exit status, 128+N after signal N) and, after
+    a signal, `signal` (its name). A crash's Python stacks (what faulthandler printed: a segfault, an abort)
+    are the record's continuation lines. It is the file's last record; its time is when the parent saw the
+    death, so the first of several ranks to die is the one with the earliest such record.
+    When SIGTERM or SIGINT reaches the parent, it has the rank's faulthandler print the stack of every thread
+    at once (it needs no interpreter lock, so a rank blocked in a call that holds it answers too) and appends
+    a W record at `distvlog:0`: the signal's name, then STACKS, the stacks as continuation lines.
+
 3. JSON LINES
 3.1 One JSON object per line: `ts` (epoch µs, int), `severity`, `v` (when the record is a VLOG), `rank`,
     `world_size`, `tid`, `file`, `line`, `event` (the message, a str), then the fields; keys in any order.
@@ -194,9 +204,15 @@ META_FIELD = "meta"
 DROPPED = "records dropped"  # the W record a writer adds once it can write again after failing (2.7)
 DROPPED_COUNT, DROPPED_REASON = "dropped", "reason"
 END_RECORD = "the script ended"  # a rank's last record when its script ended (`distvlog launch` runs it)
+# How a rank's process ended when it did not end well, written after its death by the process that ran it
+# (2.8): the message starts with DIED; `status` is its exit status, 128+N after signal N (named in `signal`).
+DIED = "the rank's process ended"
+DIED_STATUS, DIED_SIGNAL = "status", "signal"
 # Where a signal found a rank's main thread: the first words after the signal's name in its W record.
 BLOCKED_IN_C = " arrived while the main thread was blocked in C"
 IN_PYTHON = " arrived while the main thread was running Python"
+# The stacks of every thread when a signal arrived, taken without the interpreter lock (2.8): a W record.
+STACKS = " arrived; the Python stack of every thread (faulthandler, most recent call first, main thread last)"
 # The backward engine and its node log (Paddle's texts), DataParallel, the gradient statistics.
 BEGIN_RUN = "begin run"  # "<node>(0x..) begin run"
 FOUND_PENDING = "Found pending node"  # "<node>(0x..) Found pending node: <next>(0x..)"

@@ -4,6 +4,7 @@ record of a script that ended (killed), the merged timeline, and where the files
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import InputError
+from ..logger import PACKAGE_DIR
 from ..tools.read import Record, open_sources
 from ..wording import plural, ranks_text
 
@@ -40,6 +42,9 @@ class Scan:
     """What the report tells from the run's files."""
 
     fatal: dict[int, Record] = field(default_factory=dict)  # per rank, its first F record: why it failed
+    died: dict[int, Record] = field(default_factory=dict)  # per rank, how its process ended (its parent's record)
+    stacks: dict[int, Record] = field(default_factory=dict)  # per rank, its threads' stacks when a signal came
+    pids: dict[int, int] = field(default_factory=dict)  # per rank, its process's pid (its meta record's)
     signalled: dict[int, Record] = field(default_factory=dict)  # its first record of where a signal found it
     unended: list[Unended] = field(default_factory=list)
     checks: dict[int, Record] = field(default_factory=dict)  # per rank, its record of a failed DataParallel check
@@ -60,6 +65,8 @@ def scan(run_dir: Path) -> Scan:
                     ended = ended or bool(block.matching(_END).any())
                 for i in np.flatnonzero(np.isin(block.severity, _WEF)).tolist():
                     _note(found, block.record(i))
+            if source.meta and source.file.child_of is None:
+                found.pids[source.meta["rank"]] = source.meta.get("pid")
             if source.meta and source.file.child_of is None and not ended:
                 last = "its header" if last_ts is None else _clock_text(last_ts, source.utc_offset_s or 0)
                 found.unended.append(Unended(source.meta["rank"], source.meta.get("pid"), last))
@@ -70,13 +77,17 @@ def scan(run_dir: Path) -> Scan:
 
 
 def _note(found: Scan, record: Record) -> None:
-    if record.severity == "F":
+    if record.severity == "F" and record.file == fmt.OWN_FILE and record.event.startswith(fmt.DIED):
+        found.died.setdefault(record.rank, record)
+    elif record.severity == "F":
         found.fatal.setdefault(record.rank, record)
     elif record.severity == "E":
         if record.event.partition("\n")[0] == fmt.CHECK_FAILED:
             found.checks.setdefault(record.rank, record)
     elif any(marker in record.event.partition("\n")[0] for marker in _SIGNALLED):
         found.signalled.setdefault(record.rank, record)
+    elif record.file == fmt.OWN_FILE and fmt.STACKS in record.event.partition("\n")[0]:
+        found.stacks.setdefault(record.rank, record)
 
 
 def _clock_text(ts_us: int, utc_offset_s: int) -> str:
@@ -95,6 +106,40 @@ def signal_text(record: Record) -> str:
     first = record.event.partition("\n")[0]
     state = next(state for marker, state in _SIGNALLED.items() if marker in first)
     return f"{first.split()[0]} found its main thread {state} at {record.file}:{record.line}"
+
+
+def death_text(record: Record) -> str:
+    """`exited with status 1` / `killed by SIGSEGV (status 139) at train.py:12` (the innermost frame of the
+    crashing thread, when faulthandler printed its stack)."""
+    first, _, stacks = record.event.partition("\n")
+    how = first[len(fmt.DIED) :].lstrip(": ")
+    crashed = re.search(r"^Current thread .*\n((?:\s+File .*\n?)+)", stacks, re.M)
+    return how + _place(crashed.group(1) if crashed else "")
+
+
+def stacks_text(record: Record) -> str:
+    """`SIGTERM found its main thread at train.py:42 (...)`, from the faulthandler stacks the rank's parent
+    logged: the main thread is the last one printed."""
+    first, _, stacks = record.event.partition("\n")
+    main = stacks.rstrip().rsplit("\n\n", 1)[-1]
+    return f"{first.split()[0]} found its main thread{_place(main)} (every thread's stack is in its log)"
+
+
+def _place(frames_text: str) -> str:
+    """` at train.py:42`: the innermost frame of the user's code in faulthandler's frames (most recent call
+    first), else the innermost frame; "" without frames."""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', frames_text)
+    users = [f for f in frames if not f[0].startswith(("<", sys.prefix, sys.base_prefix, PACKAGE_DIR))]
+    frame = (users or frames or [None])[0]
+    return f" at {Path(frame[0]).name}:{frame[1]}" if frame else ""
+
+
+def _first_death(found: Scan) -> tuple[int, Record] | None:
+    """The rank whose process died badly first; a death by the signal that stopped the whole job (its ranks
+    said where it found them) blames no one."""
+    stopping = {record.event.split()[0] for record in (*found.signalled.values(), *found.stacks.values())}
+    deaths = [(r, d) for r, d in found.died.items() if d.fields.get(fmt.DIED_SIGNAL) not in stopping]
+    return min(deaths, key=lambda death: death[1].ts) if deaths else None
 
 
 def _merge(run_dir: Path) -> Path | None:
@@ -191,12 +236,26 @@ def after_run(run_dir: Path, ranks: int, code: int, started: float) -> int:
         return code or 1
     named = _say_check(found)
     failed = {rank: record for rank, record in found.fatal.items() if rank not in named}
-    _say_grouped({rank: f" failed: {failure_text(record)}" for rank, record in failed.items()})
+    culprit = None if failed or named else _first_death(found)
+    if culprit is not None:  # no exception: the first rank whose process died badly ended the job
+        rank, record = culprit
+        _say(f"rank {rank} (pid {found.pids.get(rank)}) ended the job: its process {death_text(record)}")
+        code = record.fields.get(fmt.DIED_STATUS) or code
+        failed = {rank: record}
+    else:
+        _say_grouped({rank: f" failed: {failure_text(record)}" for rank, record in failed.items()})
     _say_grouped(
         {rank: f": {signal_text(record)}" for rank, record in found.signalled.items() if rank not in failed}
     )  # (a failure says where)
+    _say_grouped(
+        {
+            rank: f": {stacks_text(record)}"
+            for rank, record in found.stacks.items()
+            if rank not in failed and rank not in found.signalled
+        }
+    )
     if code and not failed and not named:
-        unended = [u for u in found.unended if u.rank not in found.signalled]
+        unended = [u for u in found.unended if u.rank not in found.signalled and u.rank not in found.stacks]
         _say(
             f"the job exited with code {code}; no rank logged an unhandled exception"
             + ("" if unended or found.signalled else " (killed by a signal or by the launcher?)")

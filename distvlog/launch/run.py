@@ -7,10 +7,14 @@ their flush timers get their last records to disk before the launcher kills them
 handler can catch. A KeyboardInterrupt (Ctrl-C) aborts it too, with status 130, logged as a W record of where
 it was raised. A script that ends normally leaves END_RECORD as its rank's last word, so that
 `distvlog launch` can tell a rank that was killed (SIGKILL, a segfault, `os._exit()`) from one that ended.
+
+The process the launcher starts is the rank's parent (`supervise`): it runs the script in a child and, when
+that child dies badly, writes how (status, signal, a crash's stacks) into the rank's file.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import runpy
 import signal
@@ -21,6 +25,8 @@ from typing import NoReturn
 from ..dist import DataParallelError
 from ..format import END_RECORD
 from ..logger import IDENTITY, SINK, abort_job, log_at, log_failure, log_interrupt
+from . import supervise
+from .supervise import CRASH_FD, DUMP_SIGNAL
 
 
 def _abort(code: int) -> NoReturn:
@@ -87,9 +93,21 @@ def _log_end() -> None:
     log_end()
 
 
+def _write_crashes_to_parent() -> None:
+    """A crash (segfault, abort), or the parent's DUMP_SIGNAL, prints the Python stack of every thread into
+    the pipe the parent reads."""
+    fd = int(os.environ.pop(CRASH_FD))
+    os.set_inheritable(fd, False)
+    faulthandler.enable(file=fd, all_threads=True)
+    faulthandler.register(DUMP_SIGNAL, file=fd, all_threads=True)
+
+
 def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: python -m distvlog.launch.run script.py [args]")
+    if CRASH_FD not in os.environ:  # the parent that waits for the rank and writes how it died
+        sys.exit(supervise.run(argv))
+    _write_crashes_to_parent()
     script = argv[0]
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

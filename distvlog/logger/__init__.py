@@ -20,7 +20,7 @@ from ._logger import LineWriter, Logger, add_processor, bind_context, get_logger
 from ._processors import PACKAGE_DIR, code_site, is_distvlog_file
 from ._rules import level_for, set_vlog_level, vlog_guard
 from ._rundir import default_run_id, log_dir
-from ._sink import SINK
+from ._sink import SINK, append_record
 from ._stdlib import capture_stdlib
 
 _lifecycle.install()
@@ -53,6 +53,7 @@ __all__ = [
     "SINK",
     "LineWriter",
     "abort_job",
+    "append_record",
     "Logger",
     "add_processor",
     "bind_context",

@@ -18,11 +18,13 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from .. import format as _format
 from . import _env, _render, _rundir
 from ._clock import now_us
 from ._identity import IDENTITY
+from ._processors import SEVERITY as _SEVERITY
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -148,24 +150,12 @@ class RankFile:
         head = self.renderer.header({**self._meta, **self._clock}) if self._head_owed else b""
         if self._drop_reason is None:
             return head
-        ident = IDENTITY
-        dropped = self.renderer(
-            None,
+        return head + _own_record(
+            self.renderer,
             "warning",
-            {
-                _format.EVENT: f"{_format.DROPPED}: {self._drop_reason}",
-                _format.DROPPED_COUNT: self._dropped,
-                _format.DROPPED_REASON: self._drop_reason,
-                _format.TS: now_us(),
-                _format.SEVERITY: "W",
-                _format.RANK: ident.rank,
-                _format.WORLD_SIZE: ident.world_size,
-                _format.TID: threading.get_native_id(),
-                _format.FILE: _format.OWN_FILE,
-                _format.LINE: _format.OWN_LINE,
-            },
+            f"{_format.DROPPED}: {self._drop_reason}",
+            {_format.DROPPED_COUNT: self._dropped, _format.DROPPED_REASON: self._drop_reason},
         )
-        return head + dropped
 
     def _recreate(self) -> os.stat_result:
         """A new file at the deleted one's path (and its run directory, if the log root is still there); its
@@ -335,6 +325,38 @@ class SignalsHeld:
             depth[tid] = left
         elif self._sink._deferred_signal:
             self._sink._redeliver()
+
+
+def _own_record(renderer: Any, method: str, event: str, fields: dict[str, Any]) -> bytes:
+    """A record of the logger's own (at `distvlog:0`), rendered without the processor chain."""
+    ident = IDENTITY
+    return renderer(
+        None,
+        method,
+        {
+            _format.EVENT: event,
+            **fields,
+            _format.TS: now_us(),
+            _format.SEVERITY: _SEVERITY[method],
+            _format.RANK: ident.rank,
+            _format.WORLD_SIZE: ident.world_size,
+            _format.TID: threading.get_native_id(),
+            _format.FILE: _format.OWN_FILE,
+            _format.LINE: _format.OWN_LINE,
+        },
+    )
+
+
+def append_record(path: Path, method: str, event: str, **fields: Any) -> None:
+    """Append one record of the logger's own to another process's rank file (`path`, whose format its
+    suffix tells), in one write: for the process that ran a rank, once that rank has died."""
+    fmt = "jsonl" if path.suffix == _format.SUFFIXES["jsonl"] else "glog"
+    data = _own_record(_render.RENDERERS[fmt](), method, event, fields)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _reason(exc: OSError) -> str:

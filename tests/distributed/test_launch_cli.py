@@ -332,6 +332,46 @@ def test_sigterm_to_a_job_hung_in_python_and_in_c_says_where_each_rank_was(start
     ), rank1
 
 
+HOLDING_THE_LOCK = """
+import ctypes, sys
+from pathlib import Path
+import distvlog as dv
+from mpi4py import MPI
+
+dv.init()
+dv.get_logger("job").info("started")
+(Path(sys.argv[1]) / f"ready-{dv.get_rank()}").touch()
+if dv.get_rank() == 1:  # a C call that keeps the interpreter lock (as mpi4py's lowercase calls do) and that
+    mutex = ctypes.create_string_buffer(64)  # no signal ends: a relocked default pthread mutex deadlocks
+    libc = ctypes.PyDLL(None)
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)  # @held
+MPI.COMM_WORLD.Barrier()  # @barrier
+"""
+
+
+def test_sigterm_to_a_job_says_where_a_rank_holding_the_interpreter_lock_was(start_cli, tmp_path):
+    """Rank 1 is blocked in C holding the interpreter lock: neither its handler nor its watcher thread can
+    run. Its parent has its faulthandler print every thread's stack (no lock needed) and logs them; the
+    report says where its main thread was."""
+    proc, err = _signal_once_ready(start_cli, tmp_path, "held.py", HOLDING_THE_LOCK, signal.SIGTERM, settle_s=0.5)
+    assert proc.returncode != 0
+    assert (
+        f"distvlog launch: rank 1: SIGTERM found its main thread at held.py:{_line(HOLDING_THE_LOCK, '@held')} "
+        "(every thread's stack is in its log)\n"
+    ) in err, err
+    run_dir = run_dir_of(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
+    rank1 = (run_dir / "rank-1.log").read_text()
+    assert re.search(
+        r"^W\S+ \S+ \d+ distvlog:0\] \[rank 1\] SIGTERM arrived; the Python stack of every thread .* \+lines=\d+\n"
+        r"(?:.*\n)*?(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):\n"
+        rf'  File "{re.escape(str(tmp_path / "held.py"))}", line {_line(HOLDING_THE_LOCK, "@held")} in <module>',
+        rank1,
+        re.M,
+    ), rank1
+    assert not _found(err, "ended the job"), err  # the signal that stopped the job blames no one
+
+
 LOOPING = """
 import sys, time
 from pathlib import Path
@@ -391,20 +431,20 @@ if dv.get_rank() == 1:
 
 @pytest.mark.parametrize("fmt", ["glog", "jsonl"])
 def test_a_rank_killed_by_a_signal_is_named_with_its_pid(run_cli, tmp_path, fmt):
+    """SIGKILL (the OOM killer's): the rank's parent writes how it died into its file; the report names it,
+    and the job's exit code is the rank's, 128+9."""
     script = tmp_path / "killed.py"
     script.write_text(KILLED_LAST)
     proc = run_cli("launch", "-n", "2", str(script), env={"DISTVLOG_FORMAT": fmt})
-    assert proc.returncode != 0
+    assert proc.returncode == 128 + signal.SIGKILL, proc.stderr
     run_dir = run_dir_of(proc)
     suffix = ".log" if fmt == "glog" else ".jsonl"
     pid = _meta_pid((run_dir / f"rank-1{suffix}").read_text())
-    assert re.search(
-        rf"^distvlog launch: rank 1 \(pid {pid}\): its log ends at \d\d:\d\d:\d\d\.\d{{6}}, before its "
-        r"script ended: killed by a signal or os._exit\(\)\?$",
-        proc.stderr,
-        re.M,
-    ), proc.stderr
-    assert not _found(proc.stderr, "launch: rank 0 (pid", "ranks 0,1"), proc.stderr  # rank 0 ended normally
+    assert (
+        f"distvlog launch: rank 1 (pid {pid}) ended the job: its process killed by SIGKILL (status 137)\n"
+        in proc.stderr
+    )
+    assert not _found(proc.stderr, "launch: rank 0", "ranks 0,1"), proc.stderr  # rank 0 ended normally
 
 
 OS_EXIT = """
@@ -421,23 +461,59 @@ MPI.COMM_WORLD.Barrier()  # rank 0 waits for rank 1 until the launcher kills it
 """
 
 
-def test_ranks_killed_together_are_named_without_blaming_one(run_cli, tmp_path):
-    """The launcher kills the ranks left when one dies, with SIGKILL: which of them went first, the logs
-    cannot tell, and the report says so."""
+def test_a_rank_ending_by_os_exit_is_named_with_its_status(run_cli, tmp_path):
+    """os._exit(5) runs no handler: the rank's parent sees the status and writes it into the rank's file.
+    The report names that rank, not the one the launcher killed after it; the job's exit code is 5."""
     script = tmp_path / "exits.py"
     script.write_text(OS_EXIT)
     proc = run_cli("launch", "-n", "2", str(script))
-    assert proc.returncode == 5
+    assert proc.returncode == 5, proc.stderr
+    pid = _meta_pid((run_dir_of(proc) / "rank-1.log").read_text())
+    assert f"distvlog launch: rank 1 (pid {pid}) ended the job: its process exited with status 5\n" in proc.stderr
+    assert not _found(proc.stderr, "launch: rank 0", "ranks 0,1", "ended before"), proc.stderr
+
+
+SEGFAULT = """
+import faulthandler, threading, time
+import distvlog as dv
+from mpi4py import MPI
+
+dv.init()
+dv.get_logger("job").info("started")
+threading.Thread(target=time.sleep, args=(3600,), name="idle", daemon=True).start()
+if dv.get_rank() == 1:
+    faulthandler._sigsegv()  # @segv
+MPI.COMM_WORLD.Barrier()  # rank 0 waits here until the launcher kills it
+"""
+
+
+def test_a_segfaulting_rank_is_named_with_its_place_and_its_threads_stacks_are_logged(run_cli, tmp_path):
+    """A segfault: the report names the rank, SIGSEGV as 128+11 and the line; the rank's file ends with the
+    F record of its death whose continuation lines are every thread's Python stack (faulthandler's)."""
+    script = tmp_path / "seg.py"
+    script.write_text(SEGFAULT)
+    proc = run_cli("launch", "-n", "2", str(script))
+    assert proc.returncode == 128 + signal.SIGSEGV, proc.stderr
+    line = _line(SEGFAULT, "@segv")
+    pid = _meta_pid((run_dir_of(proc) / "rank-1.log").read_text())
     assert (
-        "distvlog launch: ranks 0,1 ended before their scripts did: one was killed by a signal or called "
-        "os._exit(), then the launcher killed the others"
-    ) in proc.stderr
-    run_dir = run_dir_of(proc)
-    for rank in (0, 1):
-        pid = _meta_pid((run_dir / f"rank-{rank}.log").read_text())
-        assert re.search(
-            rf"^distvlog launch: rank {rank} \(pid {pid}\): its log ends at \d\d:\d\d:\d\d\.\d{{6}}$", proc.stderr, re.M
-        ), proc.stderr
+        f"distvlog launch: rank 1 (pid {pid}) ended the job: its process killed by SIGSEGV (status 139) at "
+        f"seg.py:{line}\n" in proc.stderr
+    )
+    log = (run_dir_of(proc) / "rank-1.log").read_text()
+    died = log[log.index("] [rank 1] the rank's process ended: killed by SIGSEGV") :]
+    assert re.match(
+        r"\] \[rank 1\] the rank's process ended: killed by SIGSEGV \(status 139\) status=139 "
+        r"signal=SIGSEGV \+lines=\d+\n",
+        died,
+    ), died
+    assert f'File "{script}", line {line} in <module>' in died
+    other_threads = re.findall(
+        r'^Thread 0x[0-9a-f]+ \(most recent call first\):\n  File "[^"]*threading\.py"', died, re.M
+    )
+    assert other_threads, died  # the idle thread's stack too, not only the crashing one's
+    timeline = (run_dir_of(proc) / "timeline.log").read_text()
+    assert "[rank 1] the rank's process ended: killed by SIGSEGV" in timeline  # a whole record, merged
 
 
 FAILING_ON_TWO = """
