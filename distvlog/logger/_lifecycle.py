@@ -285,14 +285,24 @@ def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal
     log_failure(f"Unhandled exception in {kind}:\n{text}", exc, tb, fatal)
 
 
+def _caused_here(exc: BaseException) -> bool:
+    """Whether this rank caused `exc`. An exception that names the ranks that caused it (`culprits`, as a
+    failed DataParallel check does, whose own record has said on stderr who stopped because of whom) is
+    printed by those ranks only, and is an E record, not an F, on the others."""
+    culprits = getattr(exc, "culprits", None)
+    return not isinstance(culprits, list) or not culprits or IDENTITY.rank in culprits
+
+
 def install() -> None:
     previous_hook = sys.excepthook
     previous_thread_hook = threading.excepthook
 
     def excepthook(exc_type: type, exc: BaseException, tb: Any) -> None:
+        caused_here = _caused_here(exc)
         if not issubclass(exc_type, KeyboardInterrupt):
-            _log_unhandled("main thread", exc_type, exc, tb, fatal=True)
-        previous_hook(exc_type, exc, tb)
+            _log_unhandled("main thread", exc_type, exc, tb, fatal=caused_here)
+        if caused_here:
+            previous_hook(exc_type, exc, tb)
         if IDENTITY.world_size > 1:  # (plain `mpirun python script.py`: the others would wait forever)
             abort_job(128 + signal.SIGINT if issubclass(exc_type, KeyboardInterrupt) else 1)
 

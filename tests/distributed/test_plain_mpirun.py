@@ -66,3 +66,20 @@ def test_an_unhandled_exception_on_one_rank_aborts_the_job(tmp_path: Path, code:
     if code is RAISES_ON_ONE:  # (MPI_Init holds the interpreter lock: no flush thread runs while it waits)
         assert "] [rank 0] started\n" in logs["rank-0.log"]
         assert "] [rank 0] waiting for rank 1\n" in logs["rank-0.log"]
+
+
+def test_a_failed_check_prints_its_traceback_on_the_culprit_only(tmp_path: Path):
+    """DataParallel's debug check stops every rank when rank 2 brings a NaN: under plain mpirun the culprit
+    prints the traceback, the others only their one-line record naming it, and the job ends."""
+    launcher = find_launcher(None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
+    env.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp_path / "logs"))
+    train = [str(REPO / "launch" / "train.py"), "--data", "synthetic", "--steps", "5", "--debug"]
+    faults = ["--inject-nan-rank", "2", "--inject-nan-step", "3"]
+    cmd = mpi_command(launcher, launcher_kind(launcher), 4, {}, None) + [sys.executable, *train, *faults]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    assert proc.returncode != 0, proc.stderr
+    assert proc.stderr.count("Traceback (most recent call last):") == 1, proc.stderr
+    assert "DataParallelError: DataParallel check before allreduce of bucket 0 of step 3 failed: rank 2" in proc.stderr
+    stopped = re.findall(r"\] \[rank (\d)\] DataParallel check failed .* stopped_by=\"rank 2\"", proc.stderr)
+    assert sorted(stopped) == ["0", "1", "3"], proc.stderr
