@@ -31,6 +31,8 @@ class Counts:
     header: int = 0
     skipped: Counter = field(default_factory=Counter)
     torn: int = 0  # records cut by a crash (their lines are among the skipped)
+    cut: int = 0  # lines longer than the reader's cap, kept up to it
+    damage: list[str] = field(default_factory=list)  # where and why reading a file stopped early
 
     def add(self, other: Counts) -> None:
         self.records.update(other.records)
@@ -38,6 +40,8 @@ class Counts:
         self.header += other.header
         self.skipped.update(other.skipped)
         self.torn += other.torn
+        self.cut += other.cut
+        self.damage += other.damage
 
 
 @dataclass(eq=False)

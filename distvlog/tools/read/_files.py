@@ -1,21 +1,24 @@
-"""Which files a PATH argument means, and opening them (plain or gzip) as binary streams.
+"""Which files a PATH argument means, checked before anything is opened, and opening them as byte streams.
 
 A PATH is a log file, a run directory (`rank-*.log`, `rank-*.jsonl`, `.gz` too) or a log root, which
-stands for its latest run (the `latest` link, else the newest run directory). Bad paths raise InputError,
-files that cannot be read as logs BadFile.
+stands for its latest run (the `latest` link, else the newest run directory). Bad paths raise InputError
+with one line naming the path and what is wrong with it (a symlink loop, a dangling link, a directory that
+cannot be searched, a FIFO or device: opening a FIFO would block); files that cannot be read as logs
+raise BadFile.
 """
 
 from __future__ import annotations
 
-import gzip
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from ... import format as fmt
 from ...errors import InputError
+from ._stream import ByteStream
 
 _RANK_FILE = re.compile(rf"^{fmt.RANK_FILE_NAME.pattern}(?:\.gz)?$")
 
@@ -43,7 +46,7 @@ def _natural(name: str) -> list:
 
 def _rank_files(directory: Path) -> list[Path]:
     return sorted(
-        (p for p in directory.iterdir() if _RANK_FILE.match(p.name) and p.is_file()), key=lambda p: _natural(p.name)
+        (p for p in directory.iterdir() if _RANK_FILE.match(p.name) and not p.is_dir()), key=lambda p: _natural(p.name)
     )
 
 
@@ -55,11 +58,47 @@ def _latest_run(root: Path) -> Path | None:
     return max(runs, key=lambda d: d.stat().st_mtime) if runs else None
 
 
+_KINDS = {
+    stat.S_ISFIFO: "a FIFO",
+    stat.S_ISSOCK: "a socket",
+    stat.S_ISCHR: "a character device",
+    stat.S_ISBLK: "a block device",
+}
+
+
+def check_path(arg: str | Path) -> os.stat_result:
+    """The path's status, or InputError saying in one line why it cannot be an input (nothing is opened)."""
+    try:
+        return os.stat(arg)
+    except OSError as exc:
+        raise InputError(f"{arg}: {_why(arg, exc)}") from None
+
+
+def _why(arg: str | Path, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a loop of symbolic links"
+    if exc.errno == errno.ENOENT and os.path.islink(arg):
+        return f"a dangling symbolic link (to {os.readlink(arg)}, which does not exist)"
+    if exc.errno == errno.ENOENT:
+        return "no such file or directory"
+    if exc.errno == errno.EACCES:
+        return "permission denied (a directory on the way cannot be searched)"
+    if exc.errno == errno.ENOTDIR:
+        return "not a directory on the way"
+    return exc.strerror or str(exc)
+
+
+def _kind(st: os.stat_result) -> str | None:
+    """What a path is when it is neither a regular file nor a directory."""
+    return next((name for test, name in _KINDS.items() if test(st.st_mode)), None)
+
+
 def _expand(arg: str) -> list[Path]:
     path = Path(arg)
-    if not path.exists():
-        raise InputError(f"{arg}: no such file or directory")
-    if not path.is_dir():
+    st = check_path(arg)
+    if not stat.S_ISDIR(st.st_mode):
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{arg}: {_kind(st) or 'not a regular file'}, not a log file")
         return [path]
     try:
         files = _rank_files(path)
@@ -100,19 +139,22 @@ def resolve_inputs(args: list[str]) -> list[InputFile]:
     return files
 
 
-def open_input(file: InputFile) -> tuple[BinaryIO, int]:
-    """The file opened for reading (decompressed when .gz) and its size on disk."""
+def open_input(file: InputFile) -> ByteStream:
+    """The file opened for reading as a ByteStream (decompressed when .gz). Opened without blocking, and
+    checked to be a regular file once open: a path swapped for a FIFO after the check cannot block."""
     try:
-        raw = open(file.path, "rb")  # noqa: SIM115 (the caller closes it)
-        size = os.fstat(raw.fileno()).st_size
+        fd = os.open(file.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
-        raise BadFile(f"{file.path}: cannot read ({exc.strerror})") from None
-    if size == 0:
-        raw.close()
+        raise BadFile(f"{file.path}: cannot read ({_why(file.path, exc)})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise BadFile(f"{file.path}: {_kind(st) or 'not a regular file'}, not a log file")
+    os.set_blocking(fd, True)
+    if st.st_size == 0:
+        os.close(fd)
         raise BadFile(f"{file.path}: empty file")
-    if file.gz:
-        return gzip.GzipFile(fileobj=raw, mode="rb"), size
-    return raw, size
+    return ByteStream(fd, st.st_size, file.gz)
 
 
 def parse_rank_of(specs: list[str] | None) -> dict[str, int]:

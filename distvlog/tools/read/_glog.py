@@ -17,7 +17,18 @@ from ... import format as fmt
 from . import _foreign
 from ._block import Counts
 from ._header import Clock
-from ._scan import PAD, Calendar, Variant, line_starts, parse_prefix, spans, windows
+from ._scan import (
+    OUT_OF_RANGE,
+    PAD,
+    UNPLACED,
+    Calendar,
+    Variant,
+    line_starts,
+    out_of_range,
+    parse_prefix,
+    spans,
+    windows,
+)
 
 NEWLINE, NUL = 10, 0
 # A padding run becomes "\0\n": after a line's text, that line is cut; at a line's start, a mark line (a
@@ -154,10 +165,16 @@ class GlogParser:
         if kept is None:
             kept = _exact(data, starts, ends, ok, rec, upto, counts)
         rec, last_line = kept
+        local, why = self.calendar.local_us(stamps.select(rec))
+        ts = self.clock.correct(local - self.utc_offset_us)
+        why[(why == 0) & out_of_range(ts)] = OUT_OF_RANGE
+        if why.any():  # times the calendar cannot place: skipped, by reason
+            for code in np.unique(why[why > 0]).tolist():
+                counts.skipped[UNPLACED[code]] += int((last_line - rec)[why == code].sum())
+            placed = why == 0
+            rec, last_line, ts = rec[placed], last_line[placed], ts[placed]
         rs, re_ = starts[rec], ends[last_line - 1] if len(rec) else starts[rec]
         counts.lines += int((last_line - rec).sum())
-        local = self.calendar.local_us(stamps.select(rec))
-        ts = self.clock.correct(local - self.utc_offset_us)
         severity = stamps.severity[rec]
         if self.ranks is None:
             rank = np.full(len(rec), self.own_rank, np.int64)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ... import format as fmt
+from ._scan import MAX_SHIFT_US
 
 _META = fmt.META_EVENT.encode()
 
@@ -40,7 +41,8 @@ def metas_in(text: bytes) -> list[dict[str, Any]]:
 
 @dataclass
 class Clock:
-    """This rank's clock offset to rank 0, linear between the start and end measurements (clamped)."""
+    """This rank's clock offset to rank 0, linear between the start and end measurements (clamped). An
+    offset of more than a day is no clock's: it is taken as not measured."""
 
     points: list[tuple[float, int]] = field(default_factory=list)
 
@@ -48,7 +50,14 @@ class Clock:
     def from_meta(cls, meta: dict[str, Any] | None) -> Clock:
         if not meta:
             return cls()
-        return cls([p for p in map(fmt.clock_of_slot, (meta.get(s) for s in fmt.CLOCK_SLOTS)) if p])
+        points = [p for p in map(fmt.clock_of_slot, (meta.get(s) for s in fmt.CLOCK_SLOTS)) if p]
+        return cls([(offset, at) for offset, at in points if abs(offset) <= MAX_SHIFT_US])  # (NaN: not <=)
+
+    @staticmethod
+    def zone(meta: dict[str, Any]) -> int:
+        """The meta record's UTC offset in seconds; 0 when it is not one a clock can have (at most a day)."""
+        offset = meta.get("utc_offset_s")
+        return offset if type(offset) is int and abs(offset) * 1_000_000 <= MAX_SHIFT_US else 0
 
     def __bool__(self) -> bool:
         return any(offset for offset, _ in self.points)

@@ -17,6 +17,7 @@ import numpy as np
 from ... import format as fmt
 from ._block import Counts
 from ._glog import STRAY, TORN
+from ._scan import MAX_US, MIN_US, OUT_OF_RANGE, UNPLACED
 
 _PLACEHOLDER = "0" * len(fmt.STAMP)  # the timestamp, written afterwards by _bytes.restamp
 _PADDING = re.compile(rb"\0+")
@@ -64,6 +65,9 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
             continue
         if type(obj.get(fmt.TS)) is not int:
             counts.skipped["JSON without an integer ts"] += 1
+            continue
+        if not MIN_US <= obj[fmt.TS] <= MAX_US:
+            counts.skipped[UNPLACED[OUT_OF_RANGE]] += 1
             continue
         rank = obj.get(fmt.RANK)
         rank = rank if type(rank) is int and rank >= 0 else own_rank

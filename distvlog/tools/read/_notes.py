@@ -33,7 +33,8 @@ def skipped_text(counts: Counts) -> str:
     """`3 lines skipped (2 binary garbage, 1 truncated last line)`, `0 lines skipped`."""
     skipped = sum(counts.skipped.values())
     reasons = ", ".join(f"{n:,} {why}" for why, n in counts.skipped.most_common())
-    return f"{plural(skipped, 'line')} skipped" + (f" ({reasons})" if skipped else "")
+    cut = f", {plural(counts.cut, 'line')} cut to the line cap" if counts.cut else ""
+    return f"{plural(skipped, 'line')} skipped" + (f" ({reasons})" if skipped else "") + cut
 
 
 def total(sources: list[Source]) -> Counts:
@@ -53,6 +54,8 @@ def after_reading(sources: list[Source], warn: Warn, *, skipped: bool = True) ->
     for source in empty:
         warn(f"no records in {source.path}: {_contents(source.counts)}")
     for source in sources:
+        for damage in source.counts.damage:
+            warn(f"{source.path}: {damage}; the records before it are read, the rest of the file is not")
         if source.counts.torn and source.counts.records:  # (else the warning above says so)
             warn(
                 f"{source.path}: {plural(source.counts.torn, 'torn record')} (cut short by a crash or a kill), not read"

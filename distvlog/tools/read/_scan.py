@@ -20,6 +20,14 @@ PAD = 64
 WINDOW = 32
 _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _DAY_US = 86_400_000_000
+# Times a record can have (epoch µs): the calendar's years 1-9999, three days in from each end so that a
+# time zone and a clock offset (each at most a day, see _header) never take a placed time out of it.
+MAX_SHIFT_US = _DAY_US
+MIN_US = (_dt.date(1, 1, 4).toordinal() - _EPOCH_ORDINAL) * _DAY_US
+MAX_US = (_dt.date(9999, 12, 28).toordinal() - _EPOCH_ORDINAL) * _DAY_US
+# Why a record's time cannot be placed (Calendar.local_us's codes, 1 on).
+UNPLACED = ("", "no such date (like Feb 30)", "year outside 1-9999", "time out of range (years 1-9999)")
+NO_SUCH_DATE, BAD_YEAR, OUT_OF_RANGE = 1, 2, 3
 _SEVERITY_OK = np.zeros(256, bool)
 _SEVERITY_OK[list(fmt.SEVERITIES.encode())] = True
 # Where the stamp's parts are, from its layout (the digit pairs and the separators between them).
@@ -145,21 +153,23 @@ class Calendar:
         self.guess_from = today.month if year is None else 0
         self.month = month
 
-    def local_us(self, st: Stamps) -> np.ndarray:
-        """Local wall-clock microseconds since 1970 (no time zone applied yet)."""
+    def local_us(self, st: Stamps) -> tuple[np.ndarray, np.ndarray]:
+        """Local wall-clock microseconds since 1970 (no time zone applied yet), and per stamp 0 or why its
+        date cannot be placed (an UNPLACED code: those stamps' times are 0)."""
         if not len(st.month):
-            return np.zeros(0, np.int64)
+            return np.zeros(0, np.int64), np.zeros(0, np.int8)
         key = st.month * 100 + st.day
         if st.year is not None:
             key = key + st.year * 10_000
         cut = np.flatnonzero(key[1:] != key[:-1]) + 1
         firsts = np.concatenate(([0], cut))
         days = np.empty(len(firsts), np.int64)
+        why = np.zeros(len(firsts), np.int8)
         for i, k in enumerate(key[firsts].tolist()):
             year, month, day = k // 10_000, k // 100 % 100, k % 100
-            days[i] = self._ordinal(year if st.year is not None else self._year_of(month), month, day)
+            days[i], why[i] = self._ordinal(year if st.year is not None else self._year_of(month), month, day)
         lengths = np.diff(np.concatenate((firsts, [len(key)])))
-        return np.repeat(days, lengths) * _DAY_US + st.tod_us
+        return np.repeat(days, lengths) * _DAY_US + st.tod_us, np.repeat(why, lengths)
 
     def _year_of(self, month: int) -> int:
         if not self.month:
@@ -174,9 +184,16 @@ class Calendar:
         return self.year
 
     @staticmethod
-    def _ordinal(year: int, month: int, day: int) -> int:
-        while True:
-            try:
-                return _dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL
-            except ValueError:  # 31 April and the like in a damaged line: the month's last day
-                day -= 1
+    def _ordinal(year: int, month: int, day: int) -> tuple[int, int]:
+        """(days since 1970, 0), or (0, why) for a date the calendar does not have."""
+        if not 1 <= year <= 9999:
+            return 0, BAD_YEAR
+        try:
+            return _dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL, 0
+        except ValueError:
+            return 0, NO_SUCH_DATE
+
+
+def out_of_range(ts: np.ndarray) -> np.ndarray:
+    """Which times (epoch µs) no calendar date can show (see MIN_US)."""
+    return (ts < MIN_US) | (ts > MAX_US)

@@ -6,7 +6,6 @@ import argparse
 import itertools
 import re
 import time
-import zlib
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -25,6 +24,7 @@ from ._record import Record
 from ._scan import OURS, PAD, Calendar, detect_variant, line_starts
 
 CHUNK = SLOT_BYTES - PAD
+_CREATED = re.compile(r"([0-9]{4})-([0-9]{2})")  # the meta record's year and month (ASCII digits only)
 HEAD_BYTES = 64 << 10  # read at least this much first: the header and first records tell the format
 Alloc = Callable[[int], Slot]
 
@@ -34,8 +34,8 @@ class Source:
 
     def __init__(self, file: InputFile, order: int, rank_of: dict[str, int], clock_correction: bool) -> None:
         self.file, self.path, self.order = file, file.path, order
-        self.stream, self.size = open_input(file)
-        self._raw = getattr(self.stream, "fileobj", None) or self.stream
+        self.stream = open_input(file)
+        self.size = self.stream.size
         self.counts = Counts()
         self._stream_done = self._done = False
         self.meta: dict | None = None
@@ -71,7 +71,7 @@ class Source:
                     f"--rank-of is for files without one"
                 )
             self.host = self.meta.get("host") or self.host
-            self.utc_offset_s = int(self.meta.get("utc_offset_s") or 0)
+            self.utc_offset_s = _header.Clock.zone(self.meta)
             if clock_correction:
                 self.clock = _header.Clock.from_meta(self.meta)
 
@@ -112,8 +112,8 @@ class Source:
         year = fmt.created_year(head)
         if self.meta:
             self.rank = int(self.meta["rank"])
-            created = str(self.meta.get("created", ""))
-            self._calendar = Calendar(int(created[:4]), int(created[5:7])) if created[:4].isdigit() else None
+            created = _CREATED.match(str(self.meta.get("created", "")))
+            self._calendar = Calendar(int(created[1]), int(created[2])) if created else None
         else:
             text = data[:n].tobytes()
             tag = fmt.RANK_TAG_PATTERN.search(text) or NCCL_RANK.search(text)
@@ -134,25 +134,17 @@ class Source:
         take = min(cap - at, len(self._head))
         view[at : at + take] = self._head[:take]
         self._head, at = self._head[take:], at + take
-        mv = memoryview(view)
         while at < cap and not self._stream_done:
-            try:
-                got = self.stream.readinto(mv[at:cap])
-            except (OSError, EOFError, zlib.error) as exc:
-                if self._opening:  # the file as a whole is unreadable
-                    raise BadFile(f"{self.path}: cannot read ({exc})") from None
-                self.counts.skipped[f"unreadable rest of the file ({exc})"] += 1
-                got = 0
+            got = self.stream.readinto(view[at:cap])
             self._stream_done = not got
             at += got
+        if self._stream_done and self.stream.damage and self._opening and not at:
+            raise BadFile(f"{self.path}: cannot read ({self.stream.damage})")
         return at
 
     def progress(self) -> int:
         """Bytes of the file (on disk) read so far."""
-        try:
-            return self._raw.tell()
-        except (OSError, ValueError):
-            return self.size
+        return self.stream.progress()
 
     def next_block(self, alloc: Alloc = plain_alloc) -> Block | None:
         """The next records of this file (a block may be empty), None after the last."""
@@ -171,8 +163,11 @@ class Source:
                 f"{self.path}: cannot tell which rank wrote some records (no distvlog header, "
                 f"no [rank R] tag); pass --rank-of {self.path}=R"
             ) from None
+        self.counts.cut = self.stream.cut_lines
         if self.eof and not len(self._carry):
             self._done = True
+            if self.stream.damage:
+                self.counts.damage.append(self.stream.damage)
             self.stream.close()
         return block
 

@@ -1,0 +1,217 @@
+"""The bytes of one input file, made safe to parse: whatever the file holds, reading it never hangs, never
+raises, and never needs more memory than the buffer it is read into.
+
+- A plain file is read with `pread` straight into the caller's buffer; holes (a sparse file's unwritten
+  space) are skipped with SEEK_DATA and stand for one NUL byte, and every run of NUL bytes (padding, see the
+  format's section 1) is collapsed to one: a 2 GB file of NULs reads as one byte.
+- A `.gz` is decompressed here (zlib, member after member) so that everything before a damage is kept and
+  the damage is located: `damage` says at which compressed and uncompressed byte reading stopped, and why.
+  A read error on a plain file (EIO) ends it the same way.
+- A line longer than `line_cap` bytes keeps its first `line_cap` bytes and its newline; the rest is dropped
+  and the line counted in `cut_lines`. The parser then never holds more than a capped line per record line.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import zlib
+
+import numpy as np
+
+NEWLINE, NUL = 10, 0
+LINE_CAP = 16 << 20  # far above a record line our logger writes (multi-line messages are cut into lines)
+GZ_CHUNK = 1 << 20
+_TAIL = 4096  # where to look for a buffer's last newline first
+
+
+class ByteStream:
+    """`readinto(view)` -> bytes written (0: the end); `damage` (None, or why reading stopped early),
+    `cut_lines`, `progress()` (bytes of the file on disk read so far)."""
+
+    def __init__(self, fd: int, size: int, gz: bool, line_cap: int = LINE_CAP) -> None:
+        self.fd, self.size, self.line_cap = fd, size, line_cap
+        self.pos = 0  # in the file on disk
+        self.out = 0  # bytes handed out (uncompressed, before NUL and cap edits)
+        self.damage: str | None = None
+        self.cut_lines = 0
+        self._line = 0  # bytes of the current line handed out so far
+        self._cutting = False  # dropping the rest of an over-long line
+        self._after_nul = False  # the last byte handed out was a NUL (a run continues)
+        self._gz = _Gunzip() if gz else None
+        self._done = False
+
+    def progress(self) -> int:
+        return self.pos
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    # -- reading -------------------------------------------------------------------------------------------
+    def readinto(self, view: np.ndarray) -> int:
+        """Fill `view` (a uint8 array) with as much as is left, up to its length; 0 only at the end."""
+        while not self._done:
+            got = self._read_raw(view)
+            if not got:
+                self._done = True
+                break
+            got = self._edit(view[:got])
+            if got:
+                return got
+        return 0
+
+    def _read_raw(self, view: np.ndarray) -> int:
+        try:
+            return self._gz_read(view) if self._gz is not None else self._plain_read(view)
+        except OSError as exc:
+            self._stop(f"read error ({os.strerror(exc.errno) if exc.errno else exc})")
+            return 0
+
+    def _plain_read(self, view: np.ndarray) -> int:
+        data = self._seek_data()
+        if data is None:  # only a hole is left: padding to the end
+            self.pos = self.size
+            return self._nul(view)
+        if data > self.pos:
+            self.pos = data
+            return self._nul(view)
+        got = os.preadv(self.fd, [memoryview(view)], self.pos)
+        self.pos += got
+        self.out += got
+        return got
+
+    def _seek_data(self) -> int | None:
+        """Where the next data is (self.pos when no hole starts here), None when none is left."""
+        try:
+            return os.lseek(self.fd, self.pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # past the last data (or at the end)
+                return None if self.pos < self.size else self.pos
+            return self.pos  # no SEEK_DATA here (a pipe, an old file system): plain reads
+
+    def _nul(self, view: np.ndarray) -> int:
+        view[0] = NUL
+        return 1
+
+    def _gz_read(self, view: np.ndarray) -> int:
+        gz = self._gz
+        while True:
+            got = gz.decompress_into(view)
+            if got:
+                self.out += got
+                return got
+            if gz.error:
+                self._stop(f"{gz.error} at compressed byte {gz.consumed:,}")
+                return 0
+            chunk = os.pread(self.fd, GZ_CHUNK, self.pos)
+            self.pos += len(chunk)
+            if not chunk:
+                if gz.mid_member:
+                    self._stop(f"the compressed data ends at byte {self.pos:,}, before its end marker (truncated)")
+                return 0
+            gz.feed(chunk)
+
+    def _stop(self, why: str) -> None:
+        self.damage = (
+            f"unreadable from uncompressed byte {self.out:,}: {why}" if self._gz else f"{why} at byte {self.pos:,}"
+        )
+        self._done = True
+
+    # -- edits: NUL runs to one NUL, over-long lines cut ---------------------------------------------------
+    def _edit(self, region: np.ndarray) -> int:
+        n = len(region)
+        if region.min() == NUL:
+            n = self._collapse(region)
+            region = region[:n]
+        if self._cutting or self._line + n > self.line_cap:
+            return self._cap(region)
+        last = _last_newline(region)
+        self._line = self._line + n if last < 0 else n - last - 1
+        return n
+
+    def _collapse(self, region: np.ndarray) -> int:
+        zero = region == NUL
+        follows = np.empty_like(zero)
+        follows[0] = self._after_nul
+        follows[1:] = zero[:-1]
+        keep = ~(zero & follows)
+        self._after_nul = bool(zero[-1])
+        kept = region[keep]
+        region[: len(kept)] = kept
+        return len(kept)
+
+    def _cap(self, region: np.ndarray) -> int:
+        """Keep at most line_cap bytes of each line (its newline kept too): compacts region in place."""
+        cap, line, at, out = self.line_cap, self._line, 0, 0
+        newlines = np.flatnonzero(region == NEWLINE).tolist() + [len(region)]
+        for nl in newlines:
+            end = min(nl + 1, len(region))  # this piece of the line, with its newline if it has one
+            room = max(cap - line, 0)
+            text_end = min(nl, len(region))
+            keep = min(text_end - at, room)
+            if text_end - at > room and not self._cutting:
+                self.cut_lines += 1
+                self._cutting = True
+            region[out : out + keep] = region[at : at + keep]
+            out += keep
+            line += keep
+            if nl < len(region):  # the line ends here
+                region[out] = NEWLINE
+                out += 1
+                line, self._cutting = 0, False
+            at = end
+        self._line = line
+        if out:
+            self._after_nul = region[out - 1] == NUL
+        return out
+
+
+def _last_newline(region: np.ndarray) -> int:
+    """The index of the last newline in region, -1 when there is none."""
+    end = len(region)
+    width = _TAIL
+    while end > 0:
+        start = max(end - width, 0)
+        hits = np.flatnonzero(region[start:end] == NEWLINE)
+        if len(hits):
+            return start + int(hits[-1])
+        end, width = start, width * 8
+    return -1
+
+
+class _Gunzip:
+    """gzip members one after another (as `gzip` and `zcat` read them), decompressed into a caller's buffer."""
+
+    def __init__(self) -> None:
+        self._d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        self._pending = b""  # compressed bytes not yet given to the decompressor
+        self.consumed = 0  # compressed bytes the decompressor took
+        self.error: str | None = None
+        self.mid_member = False  # inside a member (its end marker not yet seen)
+
+    def feed(self, chunk: bytes) -> None:
+        self._pending += chunk
+
+    def decompress_into(self, view: np.ndarray) -> int:
+        """Up to len(view) bytes decompressed from what was fed; 0 when more input is needed (or on error)."""
+        while self._pending and self.error is None:
+            if self._d.eof:  # a member ended: the next starts, or the rest is not gzip
+                if self._pending[:2] != b"\x1f\x8b":
+                    self.error = "data after the last gzip member is not gzip"
+                    return 0
+                self._d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+            data, size = self._pending, len(self._pending)
+            try:
+                out = self._d.decompress(data, len(view))
+            except zlib.error as exc:
+                self.error = f"damaged compressed data ({exc})"
+                return 0
+            self.mid_member = not self._d.eof
+            self._pending = self._d.unconsumed_tail or self._d.unused_data
+            self.consumed += size - len(self._pending)
+            if out:
+                view[: len(out)] = np.frombuffer(out, np.uint8)
+                return len(out)
+        return 0
