@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..read import warner
+from ..output import output, write_all
+from ..read import resolve_inputs, warner
 from ._findings import Finding
 from ._logs import Logs, error_text, load
 from ._render import as_json, as_text, line
@@ -30,12 +31,18 @@ __all__ = ["Finding", "Logs", "Report", "analyse", "error_text", "load", "line",
 
 
 def run(args: argparse.Namespace) -> int:
-    report = analyse(load(args.paths, warner("diff")))
-    if args.json:
-        sys.stdout.write(as_json(report).decode() + "\n")
-    else:
-        sys.stdout.write(as_text(report))
+    if args.output in (None, "-"):
+        report = analyse(load(args.paths, warner("diff")))
+        sys.stdout.write(_text(report, args.json))
+        return report.exit_code
+    with output(args.output, [f.path for f in resolve_inputs(args.paths)]) as fd:  # refused before the reading
+        report = analyse(load(args.paths, warner("diff")))
+        write_all(fd, _text(report, args.json).encode())
     return report.exit_code
+
+
+def _text(report: Report, as_json_: bool) -> str:
+    return as_json(report).decode() + "\n" if as_json_ else as_text(report)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,4 +53,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, a log root (its latest run) or files")
     p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("-o", "--output", metavar="OUT", help="write the report to OUT (default, or -: standard output)")
     p.set_defaults(run=run)

@@ -8,16 +8,12 @@ what was skipped and why.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-import tempfile
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from ...errors import InputError
 from ...wording import plural
+from ..output import output
 from ..read import Arena, Source, add_input_arguments, after_reading, open_inputs, skipped_text, total, warner
 from . import _filters
 from ._kway import KWayMerge
@@ -36,49 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="glog text (default) or JSON lines")
     _filters.add_arguments(parser)
     parser.set_defaults(run=run)
-
-
-@contextlib.contextmanager
-def _output(path: str | None, inputs: list[Source]) -> Iterator[int]:
-    """A file descriptor for the output; a file appears (atomically) only when the merge succeeds."""
-    if path is None or path == "-":
-        sys.stdout.flush()
-        yield sys.stdout.fileno()
-        return
-    target = Path(path)
-    if any(target.exists() and target.resolve() == s.path.resolve() for s in inputs):
-        raise InputError(f"-o {path}: that is one of the input files")
-    if target.exists() and not target.is_file():  # /dev/null, a pipe: write straight to it
-        fd = _open_plain(path)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-        return
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
-    except OSError as exc:
-        raise InputError(f"-o {path}: cannot write there ({exc.strerror})") from None
-    closed = False
-    try:
-        yield fd
-        os.close(fd)
-        closed = True
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        if not closed:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _open_plain(path: str) -> int:
-    try:
-        return os.open(path, os.O_WRONLY)
-    except OSError as exc:
-        raise InputError(f"-o {path}: cannot write there ({exc.strerror})") from None
 
 
 def _progress(sources: list[Source]):
@@ -136,7 +89,7 @@ def _write(
     select.prepare(merge.first_ts, zone)
     bar = _progress(sources)
     written = 0
-    with _output(args.output, sources) as fd:
+    with output(args.output, [s.path for s in sources]) as fd:
         if args.format == "jsonl":
             writer: Writer = JsonWriter(fd)
         else:

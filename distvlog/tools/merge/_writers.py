@@ -7,19 +7,15 @@ the reader not to apply a rank's header to it), then every record in our form, t
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import queue
 import threading
 
 import numpy as np
 
 from ... import format as fmt
+from ..output import write_all
 from ..read import take
 from ._kway import Batch
-
-# Written in pieces of this size: the kernel copies a multi-MB write() into the page cache at a fraction
-# of the speed (measured: 4 MB writes often cost 3x the system time of 256 KB ones for the same bytes).
-WRITE_BYTES = 256 << 10
 
 
 def text_header(
@@ -85,9 +81,7 @@ class Writer:
         while (item := self._queue.get()) is not None:
             if self._error is None:
                 try:
-                    view = memoryview(item)
-                    while view:
-                        view = view[os.write(self.fd, view[:WRITE_BYTES]) :]
+                    write_all(self.fd, item)
                 except BaseException as exc:  # noqa: BLE001 (handed to the main thread)
                     self._error = exc
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from ._arena import Arena, Slot
 from ._block import Block, Counts
 from ._bytes import restamp, take
+from ._files import resolve_inputs
 from ._notes import Warn, after_reading, ignore, skipped_text, total, warner
 from ._record import Record
 from ._source import Source, add_input_arguments, open_inputs, open_sources, read_records
@@ -35,6 +36,7 @@ __all__ = [
     "open_inputs",
     "open_sources",
     "read_records",
+    "resolve_inputs",
     "restamp",
     "skipped_text",
     "take",

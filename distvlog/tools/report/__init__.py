@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import html
 import sys
-from pathlib import Path
 
 from ...errors import InputError
 from ...wording import plural, ranks_text
 from ..diff import Report, analyse, line, load
-from ..read import warner
+from ..output import output, write_all
+from ..read import resolve_inputs, warner
 from ._series import Panel, panels
 
 PALETTE_SIZE = 24  # plotly's Dark24: a colour per rank up to 24 ranks, then they repeat
@@ -42,10 +42,8 @@ def run(args: argparse.Namespace) -> int:
     report = analyse(logs)
     drawn = panels(logs, args.paths)
     page = render(report, drawn, " ".join(args.paths))
-    try:
-        Path(args.output).write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"-o {args.output}: cannot write ({exc.strerror})") from None
+    with output(args.output, [f.path for f in resolve_inputs(args.paths)]) as fd:
+        write_all(fd, page.encode("utf-8"))
     print(
         f"distvlog report: {plural(len(report.errors), 'error')}, {plural(len(report.notes), 'note')}, "
         f"{plural(len(drawn), 'plot')} of {plural(len(report.ranks), 'rank')} to {args.output}",

@@ -13,11 +13,11 @@ import argparse
 import re
 import sys
 from collections import Counter
-from pathlib import Path
 
 from ... import format as fmt
 from ...errors import InputError
 from ...wording import plural
+from ..output import output, write_all
 from ..read import add_input_arguments, after_reading, open_inputs, read_records, warner
 from . import _counters
 from ._slices import KINDS, WANTED, Slice, SliceBuilder
@@ -127,10 +127,8 @@ def run(args: argparse.Namespace) -> int:
         "displayTimeUnit": "ms",
         "otherData": {"generator": "distvlog trace", "dropped": dict(dropped)},
     }
-    try:
-        Path(args.output).write_bytes(fmt.dumps(doc))
-    except OSError as exc:
-        raise InputError(f"-o {args.output}: cannot write ({exc.strerror})") from None
+    with output(args.output, [s.path for s in sources]) as fd:
+        write_all(fd, fmt.dumps(doc))
     kinds = Counter(s.kind for s in slices)
     said = ", ".join(f"{n:,} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: KINDS.index(kv[0])))
     print(
