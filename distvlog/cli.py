@@ -2,6 +2,8 @@
 
 Each command lives in its own module, which provides `register(subparsers)`; the parser it adds sets
 `run=<function(args) -> int>`. Bad input raises `InputError`: one line on stderr, exit code 2.
+Only the module of the command given is imported (the others' are imported for the top-level help):
+start-up is most of a small merge's time.
 """
 
 from __future__ import annotations
@@ -11,28 +13,36 @@ import importlib
 import sys
 
 from .errors import InputError
-from .logger import SINK
 
-COMMAND_MODULES = (
-    "distvlog.launch.command",
-    "distvlog.tools.merge",
-    "distvlog.tools.trace",
-    "distvlog.tools.diff",
-    "distvlog.tools.report",
-)
+COMMANDS = {
+    "launch": "distvlog.launch.command",
+    "merge": "distvlog.tools.merge",
+    "trace": "distvlog.tools.trace",
+    "diff": "distvlog.tools.diff",
+    "report": "distvlog.tools.report",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `command`, only that command's module is imported (the others get bare entries)."""
     parser = argparse.ArgumentParser(prog="distvlog", description="Debug data-parallel training from per-rank logs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.set_defaults(commands=sub.choices)  # each command's parser, for its own usage in errors
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for name, module in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, add_help=False)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
+    """Run `distvlog ARGV`. `own_process`: this process is the `distvlog` executable, whose records are no
+    rank's: it writes no log file (the logger is loaded only by commands that use it, at their module's top)."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
+    if own_process and "distvlog.logger" in sys.modules:
+        sys.modules["distvlog.logger"].SINK.discard()
     args, extra = parser.parse_known_args(argv)
     if extra:  # `merge A --rank-of A=0 B`: paths after an option are still paths
         if not hasattr(args, "paths") or any(e.startswith("-") for e in extra):
@@ -51,9 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def command() -> int:
-    """The `distvlog` executable. The tools' own process writes no log file: its records are no rank's."""
-    SINK.discard()
-    return main()
+    """The `distvlog` executable."""
+    return main(own_process=True)
 
 
 if __name__ == "__main__":

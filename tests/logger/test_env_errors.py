@@ -71,5 +71,5 @@ def test_commands_work_with_a_bad_value(scripts):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines()[0] == "distvlog: ignoring DISTVLOG_V='abc': not an integer (using 0)"
     assert "a record to merge" in proc.stdout
+    assert "ignoring" not in proc.stderr  # merge does not load the logger: the setting is not its to judge

@@ -1,0 +1,72 @@
+"""The `distvlog` command imports only what its command uses: a small merge needs neither pyarrow (~0.13 s
+to import) nor the autograd engine, the logger or MPI. (Its wall time is measured in
+benchmarks/bench_start.py beside `python -c pass`; tests assert what is imported, not how long it takes.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tools_logfiles import ROOT
+
+from distvlog.cli import COMMANDS, build_parser
+
+HEAVY = ("pyarrow", "distvlog.autograd", "distvlog.nn", "distvlog.logger", "structlog", "mpi4py", "distvlog.dist")
+
+PROBE = """
+import json, sys
+from distvlog.cli import main
+code = main(sys.argv[1:])
+print(json.dumps([code, sorted(sys.modules)]))
+"""
+
+
+def modules_after(*args) -> tuple[int, set[str]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=120,
+        check=True,
+    )
+    code, modules = json.loads(proc.stdout.splitlines()[-1])
+    return code, set(modules)
+
+
+def loaded(modules: set[str], prefix: str) -> bool:
+    return any(m == prefix or m.startswith(prefix + ".") for m in modules)
+
+
+def test_a_small_merge_imports_nothing_it_does_not_use(glog_run):
+    """4 ranks of a few hundred records: no pyarrow, engine, logger, MPI, nor another command's module."""
+    code, modules = modules_after("merge", glog_run, "-o", os.devnull)
+    assert code == 0 and "distvlog.tools.merge" in modules
+    assert [m for m in HEAVY if loaded(modules, m)] == []
+    assert not loaded(modules, "distvlog.tools.trace") and not loaded(modules, "distvlog.launch")
+
+
+def test_importing_distvlog_imports_no_submodule_until_a_name_is_used():
+    """`import distvlog` is cheap; Paddle's names, subpackages and the dtype names load on first use."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, distvlog as dv; before = sorted(m for m in sys.modules if m.startswith('distvlog.'));"
+            "x = dv.to_tensor([1.0, 2.0]); dv.nn.Linear; print(before, type(x).__name__, dv.float32.__name__)",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=120,
+        check=True,
+    )
+    assert proc.stdout.split() == ["[]", "Tensor", "float32"]
+
+
+def test_the_top_level_help_lists_every_command_with_its_help():
+    """Without a command every command's module is imported, so `distvlog --help` says what each one does."""
+    text = build_parser().format_help()
+    assert all(f"    {name}  " in text for name in COMMANDS) and "merge per-rank logs into one timeline" in text
