@@ -22,3 +22,30 @@ def ranks_text(ranks: Iterable[int]) -> str:
             runs.append([rank])
     text = ",".join(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs)
     return f"rank {text}" if len(runs) == 1 and len(runs[0]) == 1 else f"ranks {text}"
+
+
+MAX_GROUPS = 4  # groups of ranks a summary names before it gives a range instead
+
+
+def per_rank(counts: dict[int, int], notes: dict[int, str] | None = None) -> str:
+    """Counts per rank in a line that stays short at 1,024 ranks: ranks with the same count as one range
+    (`ranks 0-255: 20,000 each`), the others as exceptions (`rank 17: 19,998`), and past MAX_GROUPS groups
+    the spread (`ranks 0-1023: 19,990 to 20,010`). `notes` adds what is worth saying about a rank (`2 lines
+    skipped: torn`); ranks with a note are always named, the first MAX_GROUPS of them."""
+    notes = dict(notes or {})
+    groups: dict[int, list[int]] = {}
+    for rank, n in sorted(counts.items()):
+        groups.setdefault(n, []).append(rank)
+    if len(groups) <= MAX_GROUPS:
+        parts = []
+        for n, ranks in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0])):
+            note = notes.pop(ranks[0], None) if len(ranks) == 1 else None
+            parts.append(f"{ranks_text(ranks)}: {n:,}" + (" each" if len(ranks) > 1 else f" ({note})" if note else ""))
+    else:
+        low, high = min(groups), max(groups)
+        parts = [f"{ranks_text(counts)}: {low:,} to {high:,} ({sum(counts.values()):,} in all)"]
+    noted = sorted(notes)
+    parts += [f"rank {rank}: {notes[rank]}" for rank in noted[:MAX_GROUPS]]
+    if len(noted) > MAX_GROUPS:
+        parts.append(f"and {plural(len(noted) - MAX_GROUPS, 'more rank')} like these")
+    return "; ".join(parts) if parts else "none"

@@ -24,7 +24,11 @@ def test_counts_of_one_are_singular(tmp_path, cli):
     code, _, err = cli("merge", tmp_path)
     assert (
         code == 0
-        and ("1 record from 1 file (rank 0: 1) to stdout; 3 header lines; 1 line skipped (1 in torn records)\n") in err
+        and (
+            "1 record from 1 file (rank 0: 1 (1 line skipped: in torn records)) to stdout; 3 header lines; "
+            "1 line skipped (1 in torn records)\n"
+        )
+        in err
     )
     (tmp_path / "rank-0.log").write_text(ours(0, [(T0, "E one error")], world=1))
     code, _, err = cli("trace", tmp_path, "-o", tmp_path / "t.json")
@@ -59,7 +63,10 @@ def test_damaged_rank_files_are_skipped_with_a_warning_naming_each(tmp_path, cli
         f"{run}/rank-0.log: 1 torn record (cut short by a crash or a kill), not read",
     ] + ([] if tool == "merge" else ["1 line skipped (1 in torn records)"])  # merge's summary says it
     if tool == "merge":
-        assert "5 records from 2 files (rank 0: 5)" in err and "2 lines skipped (2 in torn records)" in err
+        assert (
+            "5 records from 2 files (rank 0: 5 (1 line skipped: in torn records))" in err
+            and "2 lines skipped (2 in torn records)" in err
+        )
         assert (tmp_path / "out").read_text().count("allreduce") == 2
 
 

@@ -12,7 +12,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from ...errors import InputError
-from ...wording import plural
+from ...wording import per_rank, plural
 from ..output import output
 from ..read import Arena, Source, add_input_arguments, after_reading, open_inputs, skipped_text, total, warner
 from . import _filters
@@ -46,11 +46,17 @@ def _progress(sources: list[Source]):
 
 
 def summary(sources: list[Source], written: int, late: int, where: str) -> str:
-    """One line: records per rank, what was skipped and why, what the filters dropped."""
+    """One line, as short at 1,024 ranks as at 4: records per rank as rank ranges with the exceptions, the
+    ranks that had lines skipped and why, what the filters dropped."""
     counts = total(sources)
     read = sum(counts.records.values())
-    per_rank = ", ".join(f"rank {r}: {n:,}" for r, n in sorted(counts.records.items()))
-    parts = [f"{plural(written, 'record')} from {plural(len(sources), 'file')} ({per_rank or 'none'}) to {where}"]
+    notes = {  # (a file without records has its warning)
+        s.rank: _skipped_note(s) for s in sources if s.rank is not None and s.counts.records and s.counts.skipped
+    }
+    parts = [
+        f"{plural(written, 'record')} from {plural(len(sources), 'file')} ({per_rank(counts.records, notes)}) "
+        f"to {where}"
+    ]
     if read > written:
         parts.append(f"{read - written:,} filtered out")
     if counts.header:
@@ -59,6 +65,11 @@ def summary(sources: list[Source], written: int, late: int, where: str) -> str:
     if late:
         parts.append(f"{plural(late, 'record')} written late (their rank's clock went back)")
     return "; ".join(parts)
+
+
+def _skipped_note(source: Source) -> str:
+    skipped = source.counts.skipped
+    return f"{plural(sum(skipped.values()), 'line')} skipped: {', '.join(skipped)}"
 
 
 def run(args: argparse.Namespace) -> int:

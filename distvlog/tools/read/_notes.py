@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...errors import InputError
-from ...wording import plural
+from ...wording import MAX_GROUPS, per_rank, plural, ranks_text
 from ._block import Counts
 
 if TYPE_CHECKING:
@@ -45,24 +45,47 @@ def total(sources: list[Source]) -> Counts:
 
 
 def after_reading(sources: list[Source], warn: Warn, *, skipped: bool = True) -> None:
-    """Once the sources are read: a warning naming each file without records or with torn ones, and
+    """Once the sources are read: warnings naming the files without records, damaged or with torn records
+    (a line per file, or per kind of trouble with rank ranges when more than a few files have it), and
     (`skipped`) one saying how many lines were skipped and why; InputError when no file held a record."""
     empty = [s for s in sources if not s.counts.records]
     if len(empty) == len(sources):
         what = str(sources[0].path) if len(sources) == 1 else f"any of the {len(sources)} input files"
         raise InputError(f"no records in {what}: {_contents(total(sources))}")
-    for source in empty:
-        warn(f"no records in {source.path}: {_contents(source.counts)}")
-    for source in sources:
-        for damage in source.counts.damage:
-            warn(f"{source.path}: {damage}; the records before it are read, the rest of the file is not")
-        if source.counts.torn and source.counts.records:  # (else the warning above says so)
-            warn(
-                f"{source.path}: {plural(source.counts.torn, 'torn record')} (cut short by a crash or a kill), not read"
-            )
+    _per_file(warn, empty, lambda s: f"no records in {s.path}: {_contents(s.counts)}", "no records")
+    _per_file(
+        warn,
+        [s for s in sources if s.counts.damage],
+        lambda s: (
+            f"{s.path}: {'; '.join(s.counts.damage)}; the records before it are read, the rest of the file is not"
+        ),
+        "damaged (the records before the damage are read)",
+    )
+    torn = [s for s in sources if s.counts.torn and s.counts.records]  # (else "no records" says so)
+    _per_file(
+        warn,
+        torn,
+        lambda s: f"{s.path}: {plural(s.counts.torn, 'torn record')} (cut short by a crash or a kill), not read",
+        "torn records (cut short by a crash or a kill), not read",
+        {s.rank: s.counts.torn for s in torn},
+    )
     counts = total([s for s in sources if s.counts.records])  # the others' lines are in the warnings above
     if skipped and counts.skipped:
         warn(skipped_text(counts))
+
+
+def _per_file(
+    warn: Warn, sources: list[Source], line: Callable[[Source], str], what: str, counts: dict | None = None
+) -> None:
+    """A warning per file, or past MAX_GROUPS files one naming their ranks (`torn records ...: ranks 0-255:
+    1 each`): a killed job of 1,024 ranks gets a line, not a screenful."""
+    if len(sources) <= MAX_GROUPS or any(s.rank is None for s in sources):
+        for source in sources:
+            warn(line(source))
+    elif counts:
+        warn(f"{what}: {per_rank(counts)}")
+    else:
+        warn(f"{what}: {plural(len(sources), 'file')}, of {ranks_text(s.rank for s in sources)}")
 
 
 def _contents(counts: Counts) -> str:
