@@ -1,14 +1,14 @@
-"""`distvlog merge` vs GNU `sort -m`, side by side on the same rank files; heapq.merge and lnav as references.
+"""`distvlog merge` vs GNU `sort -m`, side by side on the same rank files, at 4 to 1024 ranks.
 
-The input is generated into a temp dir: per-rank files in our glog format (header, distvlog-meta with a
-clock offset per rank), records from the engine's shapes (node begin, grad_stats, 10% multi-line dumps that
-declare their continuation lines),
-two threads per rank with slightly out-of-order stamps. `sort -m` compares whole lines (and tears the
-multi-line records apart); lnav is slow, so it runs on a smaller input and its time is scaled up.
-Contenders run interleaved, `--rounds` times each; medians are reported. Then peak memory (max RSS) of
-`distvlog merge` on 4 x 100 MB and 4 x 400 MB files.
+The inputs are generated into a temp dir: per-rank files in our glog format (header, distvlog-meta with a
+clock offset per rank), records from the engine's shapes (node begin, grad_stats, 10% multi-line dumps
+declaring their `+lines`), two threads per rank with slightly out-of-order stamps; short records (~150
+bytes) or long ones (~1 KB: a gradient's values in a field). The reference is
+`LC_ALL=C sort -m -s -k1.2,2` on the timestamp keys, same files: it tears multi-line records apart, does no
+clock correction and merges more than 16 files in passes; it is the speed reference, not the same job.
+Contenders run interleaved, `--rounds` times each; medians are reported, with each one's peak RSS.
 
-    python benchmarks/bench_merge.py [--records 1000000] [--rounds 3] [--lnav-records 50000] [--no-memory]
+    python benchmarks/bench_merge.py [--ranks 4,64,256,1024] [--mb 200] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -32,11 +33,10 @@ sys.path.insert(0, str(ROOT))
 from distvlog.format import VERSION  # noqa: E402
 from distvlog.tools.read import restamp  # noqa: E402
 
-RANKS = 4
 _STAMP = b"I0000 00:00:00.000000"  # the digits are written per record
 START_US = 1_796_004_674_000_000
 # (template, share of records). '#' runs are filled per record: node number, pointer, pass/step, norm.
-KINDS = [
+SHORT = [
     (
         _STAMP + b" TIDTD engine.py:501] [rank R] multiply###GradNode(0x7f3a########) begin run "
         b"node=multiply###GradNode pass=##### v=4\n",
@@ -55,12 +55,17 @@ KINDS = [
         1,
     ),
 ]
+_VALUES = b"values=[" + b",".join([b"0.######"] * 100) + b"]"
+LONG = [
+    (SHORT[0][0].replace(b" v=4\n", b" " + _VALUES[:400] + b"] v=4\n"), 6),
+    (SHORT[1][0].replace(b" v=5\n", b" " + _VALUES + b" v=5\n"), 3),
+    (SHORT[2][0].replace(b" v=3 +lines=4\n", b" " + _VALUES + b" v=3 +lines=4\n"), 1),
+]
+KINDS = {"short": SHORT, "long": LONG}
 
 
-def _fill(rows: np.ndarray, template: bytes, values: np.ndarray, rank: int, tids: np.ndarray) -> None:
-    """Write per-record numbers into the '#' runs, the rank and thread id into R / TIDTD."""
-    t = np.frombuffer(template, np.uint8)
-    rows[:, t.tobytes().index(b"R")] = ord("0") + rank
+def _fill(rows: np.ndarray, template: bytes, values: np.ndarray, tids: np.ndarray) -> None:
+    """Write per-record numbers into the '#' runs and the thread id into TIDTD."""
     tid_at = template.index(b"TIDTD")
     for k in range(5):
         rows[:, tid_at + k] = 48 + tids // 10 ** (4 - k) % 10
@@ -76,9 +81,12 @@ def _fill(rows: np.ndarray, template: bytes, values: np.ndarray, rank: int, tids
             rows[:, start + k] = 48 + digits // 10 ** (width - 1 - k) % 10
 
 
-def generate(path: Path, rank: int, n: int, seed: int, span_s: float = 60.0) -> int:
+def generate(
+    path: Path, rank: int, n: int, seed: int, span_s: float = 60.0, ranks: int = 4, kind: str = "short"
+) -> int:
     """A rank file of n records in our glog format; returns its size."""
     rng = np.random.default_rng(seed)
+    kinds_list = [(t.replace(b"[rank R]", b"[rank %d]" % rank), share) for t, share in KINDS[kind]]
     offset0, offset1 = 2500.0 * rank, 2500.0 * rank + 80.0 * rank  # clock offset to rank 0, with drift
     step = max(1, int(span_s * 1e6 / n))
     true_ts = START_US + np.cumsum(rng.integers(1, 2 * step, n))
@@ -90,7 +98,7 @@ def generate(path: Path, rank: int, n: int, seed: int, span_s: float = 60.0) -> 
         "distvlog": VERSION,
         "format": "glog",
         "rank": rank,
-        "world_size": RANKS,
+        "world_size": ranks,
         "host": "bench",
         "pid": 4000 + rank,
         "tid": 4000 + rank,
@@ -108,8 +116,8 @@ def generate(path: Path, rank: int, n: int, seed: int, span_s: float = 60.0) -> 
         f"distvlog:0] [rank {rank}] "
         f"distvlog-meta {json.dumps(meta, separators=(',', ':'))}\n"
     ).encode()
-    kinds = np.repeat(np.arange(len(KINDS)), [share for _, share in KINDS])[np.arange(n) % 10]
-    lengths = np.array([len(t) for t, _ in KINDS])[kinds]
+    kinds = np.repeat(np.arange(len(kinds_list)), [share for _, share in kinds_list])[np.arange(n) % 10]
+    lengths = np.array([len(t) for t, _ in kinds_list])[kinds]
     with open(path, "wb") as f:
         f.write(header)
         for lo in range(0, n, 200_000):
@@ -117,12 +125,12 @@ def generate(path: Path, rank: int, n: int, seed: int, span_s: float = 60.0) -> 
             k, length = kinds[lo:hi], lengths[lo:hi]
             offsets = np.concatenate(([0], np.cumsum(length)[:-1]))
             out = np.zeros(int(length.sum()) + 512, np.uint8)
-            for kind, (template, _) in enumerate(KINDS):
+            for kind, (template, _) in enumerate(kinds_list):
                 sel = np.flatnonzero(k == kind)
                 rows = np.tile(np.frombuffer(template, np.uint8), (len(sel), 1))
                 i = np.arange(lo, hi)[sel]
                 restamp(rows.reshape(-1), np.arange(len(sel)) * len(template), local[lo:hi][sel])
-                _fill(rows, template, i * 7919 % 1000 + i, rank, 14000 + rank + 50 * (i % 2))
+                _fill(rows, template, i * 7919 % 1000 + i, 14000 + rank % 1000 + 50 * (i % 2))
                 rows[i % 100 == 0, 0] = ord("W")
                 view = as_strided(out, shape=(len(out) - len(template), len(template)), strides=(1, 1))
                 view[offsets[sel]] = rows
@@ -130,25 +138,16 @@ def generate(path: Path, rank: int, n: int, seed: int, span_s: float = 60.0) -> 
     return path.stat().st_size
 
 
-HEAPQ = """
-import heapq, sys
-files = [open(p, "rb") for p in sys.argv[2:]]
-with open(sys.argv[1], "wb") as out:
-    out.writelines(heapq.merge(*files))
-"""
+def sort_command(files: list[Path], out: Path) -> list[str]:
+    return ["sort", "-m", "-s", "-k1.2,2", "-o", str(out)] + [str(f) for f in files]
 
 
-def contenders(files: list[Path], out: Path) -> dict[str, list[str]]:
-    env_py = [sys.executable, "-m", "distvlog", "merge"]
-    return {
-        "distvlog merge": env_py + [str(f) for f in files] + ["-o", str(out)],
-        "sort -m": ["sort", "-m", "-o", str(out)] + [str(f) for f in files],
-        "heapq.merge": [sys.executable, "-c", HEAPQ, str(out)] + [str(f) for f in files],
-    }
+def merge_command(files: list[Path], out: Path) -> list[str]:
+    return [sys.executable, "-m", "distvlog", "merge"] + [str(f) for f in files] + ["-o", str(out)]
 
 
-def timed(cmd: list[str], out: Path) -> float:
-    """Wall seconds of a command (LC_ALL=C: sort's fastest comparison).
+def timed(cmd: list[str], out: Path) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of a command (LC_ALL=C: sort's fastest comparison).
 
     Each starts alike: no output file from the run before (whose deletion one would pay, the other not) and
     nothing left to write back from it (else later rounds run slower and slower as dirty pages pile up)."""
@@ -156,95 +155,60 @@ def timed(cmd: list[str], out: Path) -> float:
     out.unlink(missing_ok=True)
     os.sync()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    if proc.returncode:
-        raise SystemExit(f"{cmd[0]} failed: {proc.stderr.decode()[-2000:]}")
-    return wall
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{cmd[0]} failed: {proc.stderr.read().decode()[-2000:]}")
+    proc.stderr.close()
+    return wall, usage.ru_maxrss
 
 
-def peak_rss(cmd: list[str]) -> int:
-    """Max RSS (KiB) of one run, measured by GNU time in its own process tree."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        ["/usr/bin/time", "-f", "%M"] + cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    if proc.returncode:
-        raise SystemExit(f"failed: {proc.stderr[-2000:]}")
-    return int(proc.stderr.strip().splitlines()[-1])
-
-
-def lnav_seconds(tmp: Path, records: int) -> float | None:
-    """lnav headless reading the same kind of files and writing the merged view, for `records` per rank."""
-    if not shutil.which("lnav"):
-        return None
-    files = [tmp / f"small-{r}.log" for r in range(RANKS)]
-    for r, f in enumerate(files):
-        generate(f, r, records, seed=100 + r)
-    out = tmp / "lnav.out"
-    cmd = ["lnav", "-n", "-c", f":write-raw-to {out}"] + [str(f) for f in files]
-    t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, HOME=str(tmp)))
-    return time.perf_counter() - t0
+def one_config(tmp: Path, ranks: int, kind: str, mb: int, rounds: int) -> dict:
+    run = tmp / f"{ranks}-{kind}"
+    run.mkdir()
+    per_record = 170 if kind == "short" else 1100
+    n = max(10, mb * 1_000_000 // per_record // ranks)
+    files = [run / f"rank-{r}.log" for r in range(ranks)]
+    size = sum(generate(f, r, n, seed=r, ranks=ranks, kind=kind) for r, f in enumerate(files))
+    out = tmp / "out.log"
+    runs = {"merge": merge_command(files, out), "sort": sort_command(files, out)}
+    got: dict[str, list[tuple[float, int]]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, cmd in runs.items():
+            got[name].append(timed(cmd, out))
+    shutil.rmtree(run)
+    med = {name: statistics.median(t for t, _ in v) for name, v in got.items()}
+    rss = {name: max(r for _, r in v) for name, v in got.items()}
+    return {"ranks": ranks, "kind": kind, "records": n * ranks, "mb": size / 1e6, "time": med, "rss_kb": rss}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=1_000_000, help="records per rank file")
+    parser.add_argument("--ranks", default="4,64,256,1024", help="rank counts, comma-separated")
+    parser.add_argument("--kinds", default="short,long")
+    parser.add_argument("--mb", type=int, default=200, help="input size per configuration (MB)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--lnav-records", type=int, default=50_000, help="records per rank for lnav (0: skip)")
-    parser.add_argument("--no-memory", action="store_true", help="skip the 4 x 100 MB vs 4 x 400 MB memory run")
     parser.add_argument("--dir", help="where to put the generated files (default: a temp dir)")
     args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # sort -m opens every file too
     tmp = Path(tempfile.mkdtemp(prefix="bench_merge.", dir=args.dir))
+    print(
+        f"{'ranks':>5} {'records':>6} {'input':>8} {'merge':>8} {'sort -m':>8} {'ratio':>6} {'merge RSS':>10} {'sort RSS':>9}"
+    )
     try:
-        files = [tmp / f"rank-{r}.log" for r in range(RANKS)]
-        sizes = [generate(f, r, args.records, seed=r) for r, f in enumerate(files)]
-        print(f"input: {RANKS} files x {args.records:,} records ({sum(sizes) / 1e6:,.0f} MB, 10% multi-line)")
-        out = tmp / "out.log"
-        runs = contenders(files, out)
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, cmd in runs.items():
-                times[name].append(timed(cmd, out))
-        median = {name: statistics.median(t) for name, t in times.items()}
-        base = median["sort -m"]
-        for name, t in median.items():
-            print(
-                f"{name:16s} {t:7.2f} s   {t / base:5.2f}x sort -m   (rounds: {', '.join(f'{x:.2f}' for x in times[name])})"
-            )
-        if args.lnav_records:
-            t = lnav_seconds(tmp, args.lnav_records)
-            if t is not None:
-                scaled = t * args.records / args.lnav_records
+        for ranks in map(int, args.ranks.split(",")):
+            for kind in args.kinds.split(","):
+                r = one_config(tmp, ranks, kind, args.mb, args.rounds)
+                t, rss = r["time"], r["rss_kb"]
                 print(
-                    f"{'lnav headless':16s} {scaled:7.2f} s   {scaled / base:5.2f}x sort -m   "
-                    f"(measured {t:.2f} s on {args.lnav_records:,} records per rank, scaled linearly)"
+                    f"{ranks:>5} {kind:>7} {r['mb']:>6.0f}MB {t['merge']:>7.2f}s {t['sort']:>7.2f}s "
+                    f"{t['merge'] / t['sort']:>5.2f}x {rss['merge'] / 1024:>8.0f}MB {rss['sort'] / 1024:>7.0f}MB",
+                    flush=True,
                 )
-        if not args.no_memory:
-            memory(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def memory(tmp: Path) -> None:
-    """Peak RSS of distvlog merge for 4 x 100 MB vs 4 x 400 MB inputs (written to /dev/null)."""
-    result = {}
-    for mb in (100, 400):
-        files = [tmp / f"mem{mb}-{r}.log" for r in range(RANKS)]
-        n = mb * 1_000_000 // 175  # ~175 bytes per record
-        for r, f in enumerate(files):
-            generate(f, r, n, seed=r, span_s=60.0 * mb / 100)
-        result[mb] = peak_rss(
-            [sys.executable, "-m", "distvlog", "merge"] + [str(f) for f in files] + ["-o", os.devnull]
-        )
-        for f in files:
-            f.unlink()
-    growth = result[400] / result[100] - 1
-    print(
-        f"peak memory: 4 x 100 MB -> {result[100] / 1024:.0f} MiB, 4 x 400 MB -> {result[400] / 1024:.0f} MiB "
-        f"({growth:+.1%})"
-    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -256,3 +257,26 @@ def test_a_line_longer_than_the_cap_is_cut_and_counted_in_bounded_memory(tmp_pat
     assert code == 0 and lines[-1].endswith("after the long line") and "1 line cut to the line cap" in err
     assert len(lines[-2]) == LINE_CAP and lines[-2].endswith("y")
     assert peak_rss_kb("merge", tmp_path / "rank-0.log", "-o", os.devnull) < base + 8 * LINE_CAP // 1024
+
+
+def test_more_files_than_the_open_file_limit_merge_the_same(tmp_path):
+    """200 rank files under an open-file limit of 48 (hard: it cannot be raised): descriptors are closed and
+    opened again as the merge goes, never EMFILE; the output is the one an unlimited merge writes."""
+    for rank in range(200):
+        recs = [(T0 + 1000 * i + rank, f"I record {i} of rank {rank}") for i in range(40)]
+        (tmp_path / f"rank-{rank}.log").write_text(ours(rank, recs, world=200))
+    code, unlimited, _ = distvlog("merge", tmp_path)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "distvlog", "merge", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        preexec_fn=limit,
+        timeout=TIMEOUT_S,
+    )
+    assert code == 0 and proc.returncode == 0, proc.stderr
+    assert proc.stdout == unlimited and unlimited.count(" record ") == 200 * 40

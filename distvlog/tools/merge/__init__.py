@@ -14,13 +14,17 @@ from concurrent.futures import ThreadPoolExecutor
 from ...errors import InputError
 from ...wording import per_rank, plural
 from ..output import output
-from ..read import Arena, Source, add_input_arguments, after_reading, open_inputs, skipped_text, total, warner
+from ..read import PAD, Arena, Source, add_input_arguments, after_reading, open_inputs, skipped_text, total, warner
 from . import _filters
 from ._kway import KWayMerge
 from ._writers import JsonWriter, Writer, text_header
 
 PROGRESS_MIN_BYTES = 4 << 20
 READ_THREADS = 2  # parse two inputs' next blocks at once (see _kway)
+# The blocks in memory: each input holds about two and a half (one read ahead, the one being merged, part
+# of the next), so an input's block is this budget shared out, within the bounds below.
+BLOCKS_BUDGET = 48 << 20
+MIN_BLOCK, MAX_BLOCK = 32 << 10, 4 << 20
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,6 +76,16 @@ def _skipped_note(source: Source) -> str:
     return f"{plural(sum(skipped.values()), 'line')} skipped: {', '.join(skipped)}"
 
 
+def _arena(sources: list[Source]) -> Arena:
+    """Memory for every input's blocks, in one buffer (see read.Arena): a small block per input when they
+    are many, so memory stays flat in the number of ranks."""
+    block = min(MAX_BLOCK, max(MIN_BLOCK, BLOCKS_BUDGET // len(sources)))
+    if block < MAX_BLOCK:  # (else the reader's own block size)
+        for source in sources:
+            source.chunk = block - PAD
+    return Arena(nslots=max(64, 4 * len(sources)), slot_bytes=block)
+
+
 def run(args: argparse.Namespace) -> int:
     select = _filters.Select(args)
     warn = warner("merge")
@@ -85,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     for source in sources:
         source.display_offset_s = zone
     with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="distvlog-merge-reader") as ahead:
-        merge = KWayMerge(sources, Arena().alloc, ahead)  # reads up to each file's first record
+        merge = KWayMerge(sources, _arena(sources).alloc, ahead)  # reads up to each file's first record
         after_reading(sources, warn, skipped=False)  # the summary says what was skipped
         written = _write(args, sources, merge, select, zone)
     where = "stdout" if args.output in (None, "-") else args.output

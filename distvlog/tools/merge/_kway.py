@@ -13,6 +13,7 @@ input's blocks are parsed one at a time, in order, but two inputs' at once.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ..read import Block, Slot, Source
 
 NEVER = np.iinfo(np.int64).max
 MAX_SLACK_US = 10_000_000  # past this, a record that arrives too late is written late (and counted)
+BATCH_BYTES = 8 << 20
 
 
 @dataclass
@@ -36,6 +38,17 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def pieces(self, max_bytes: int) -> Iterator[Batch]:
+        """The batch in pieces of about max_bytes of records (by the blocks' mean record size): a pop after
+        every input's first block holds most of the records read, and a batch is gathered in one buffer."""
+        span = sum(int(b.end[-1] - b.start[0]) for b in self.blocks)
+        per = max(1024, max_bytes * sum(len(b) for b in self.blocks) // max(span, 1))
+        if len(self) <= per:
+            yield self
+            return
+        for at in range(0, len(self), per):
+            yield Batch(self.blocks, self.which[at : at + per], self.index[at : at + per], self.serials)
 
 
 class _Lane:
@@ -106,21 +119,33 @@ class KWayMerge:
         return block
 
     def batches(self, keep: Callable[[Block], np.ndarray]) -> Iterator[Batch]:
-        """`keep(block)` says which records of a block to write (indices, ascending)."""
+        """`keep(block)` says which records of a block to write (indices, ascending).
+
+        The lane holding the horizon back reads next (a heap of the lanes' bounds); records are popped after
+        every `len(lanes) // 4` reads (at most BATCH_BYTES of blocks), so the pop, which looks at every lane,
+        costs O(1) per read however many the lanes, and a batch is big enough for one gather to pay off and
+        small enough that the batches queued for writing stay a few MB."""
         for lane, block in self._first:
             self._add(lane, block, keep)
         self._first = []
+        heap = [(lane.bound, i) for i, lane in enumerate(self.lanes) if lane.active]
+        heapq.heapify(heap)
+        block = max((lane.source.chunk or 0 for lane in self.lanes), default=0) or BATCH_BYTES
+        reads_per_pop = max(1, min(len(self.lanes) // 4, BATCH_BYTES // block))
         while True:
-            horizon = min(lane.bound for lane in self.lanes)
+            horizon = heap[0][0] if heap else NEVER
             batch = self._pop(horizon)
             if batch is not None:
-                yield batch
+                yield from batch.pieces(BATCH_BYTES)
                 self._release(batch)
-            pending = [lane for lane in self.lanes if lane.active]
-            if not pending:
+            if not heap:
                 return
-            lane = min(pending, key=lambda x: x.bound)
-            self._add(lane, lane.read(), keep)
+            for _ in range(min(reads_per_pop, len(heap))):
+                _, i = heapq.heappop(heap)
+                lane = self.lanes[i]
+                self._add(lane, lane.read(), keep)
+                if lane.active:
+                    heapq.heappush(heap, (lane.bound, i))
 
     def _add(self, lane: _Lane, block: Block | None, keep: Callable[[Block], np.ndarray]) -> None:
         if block is None:

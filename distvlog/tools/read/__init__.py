@@ -20,11 +20,13 @@ from ._bytes import restamp, take
 from ._files import resolve_inputs
 from ._notes import Warn, after_reading, ignore, skipped_text, total, warner
 from ._record import Record
+from ._scan import PAD
 from ._source import Source, add_input_arguments, open_inputs, open_sources, read_records
 
 __all__ = [
     "Arena",
     "Block",
+    "PAD",
     "Counts",
     "Record",
     "Slot",

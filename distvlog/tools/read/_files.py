@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ... import format as fmt
 from ...errors import InputError
-from ._stream import ByteStream
+from ._stream import OPEN_FILES, ByteStream
 
 _RANK_FILE = re.compile(rf"^{fmt.RANK_FILE_NAME.pattern}(?:\.gz)?$")
 
@@ -142,6 +142,7 @@ def resolve_inputs(args: list[str]) -> list[InputFile]:
 def open_input(file: InputFile) -> ByteStream:
     """The file opened for reading as a ByteStream (decompressed when .gz). Opened without blocking, and
     checked to be a regular file once open: a path swapped for a FIFO after the check cannot block."""
+    OPEN_FILES.make_room()
     try:
         fd = os.open(file.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
@@ -150,11 +151,13 @@ def open_input(file: InputFile) -> ByteStream:
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise BadFile(f"{file.path}: {_kind(st) or 'not a regular file'}, not a log file")
-    os.set_blocking(fd, True)
     if st.st_size == 0:
         os.close(fd)
         raise BadFile(f"{file.path}: empty file")
-    return ByteStream(fd, st.st_size, file.gz)
+    os.set_blocking(fd, True)
+    stream = ByteStream(file.path, fd, file.gz)
+    OPEN_FILES.add(stream)
+    return stream
 
 
 def parse_rank_of(specs: list[str] | None) -> dict[str, int]:

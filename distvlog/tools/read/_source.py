@@ -25,7 +25,10 @@ from ._scan import OURS, PAD, Calendar, detect_variant, line_starts
 
 CHUNK = SLOT_BYTES - PAD
 _CREATED = re.compile(r"([0-9]{4})-([0-9]{2})")  # the meta record's year and month (ASCII digits only)
-HEAD_BYTES = 64 << 10  # read at least this much first: the header and first records tell the format
+HEAD_BYTES = 64 << 10
+_EMPTY = np.zeros(
+    0, np.uint8
+)  # (a consumed read-ahead lets go of its buffer)  # read at least this much first: the header and first records tell the format
 Alloc = Callable[[int], Slot]
 
 
@@ -44,6 +47,7 @@ class Source:
         self.utc_offset_s: int | None = None  # None until open_sources picks one for a foreign file
         self.clock = _header.Clock()
         self.display_offset_s: int | None = None  # set by merge: the time zone its output shows
+        self.chunk: int | None = None  # bytes read per block (None: CHUNK); merge sets less for many inputs
         self._head = np.zeros(0, np.uint8)  # read ahead to learn the format; blocks take it first
         self._carry, self._opening = self._head, True
         self._rank_rule: RankRule | None = None
@@ -54,6 +58,9 @@ class Source:
         except BaseException:
             self.stream.close()
             raise
+        if self.stream.rewind():  # read again from the start when blocks are read: no read-ahead held per file
+            self._head = self._carry = _EMPTY
+            self._stream_done = False
 
     # -- opening: what the first chunk says ----------------------------------------------------------------
     def _open(self, rank_of: dict[str, int], clock_correction: bool) -> None:
@@ -133,7 +140,7 @@ class Source:
         """Fill view[at:cap] from the read-ahead, then the file; returns the new end."""
         take = min(cap - at, len(self._head))
         view[at : at + take] = self._head[:take]
-        self._head, at = self._head[take:], at + take
+        self._head, at = (self._head[take:] if take < len(self._head) else _EMPTY), at + take
         while at < cap and not self._stream_done:
             got = self.stream.readinto(view[at:cap])
             self._stream_done = not got
@@ -151,7 +158,7 @@ class Source:
         if self._done:
             return None
         carry = self._carry
-        size = max(CHUNK, 2 * len(carry))
+        size = max(self.chunk or CHUNK, 2 * len(carry))
         slot = alloc(size + PAD)
         slot.view[: len(carry)] = carry
         n = self._fill(slot.view, len(carry), size)

@@ -9,13 +9,20 @@ raises, and never needs more memory than the buffer it is read into.
   A read error on a plain file (EIO) ends it the same way.
 - A line longer than `line_cap` bytes keeps its first `line_cap` bytes and its newline; the rest is dropped
   and the line counted in `cut_lines`. The parser then never holds more than a capped line per record line.
+- However many the files, their descriptors stay within the process's open-file limit (`OPEN_FILES`): a
+  file read least recently is closed and opened again, by path, when it is read next.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import resource
+import threading
 import zlib
+from collections import OrderedDict
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -29,8 +36,11 @@ class ByteStream:
     """`readinto(view)` -> bytes written (0: the end); `damage` (None, or why reading stopped early),
     `cut_lines`, `progress()` (bytes of the file on disk read so far)."""
 
-    def __init__(self, fd: int, size: int, gz: bool, line_cap: int = LINE_CAP) -> None:
-        self.fd, self.size, self.line_cap = fd, size, line_cap
+    def __init__(self, path: str | os.PathLike, fd: int, gz: bool, line_cap: int = LINE_CAP) -> None:
+        st = os.fstat(fd)
+        self.path, self.fd, self.size, self.line_cap = path, fd, st.st_size, line_cap
+        self._identity = (st.st_dev, st.st_ino)
+        self._pins = 0  # reads in progress (OPEN_FILES closes no pinned descriptor)
         self.pos = 0  # in the file on disk
         self.out = 0  # bytes handed out (uncompressed, before NUL and cap edits)
         self.damage: str | None = None
@@ -41,13 +51,20 @@ class ByteStream:
         self._gz = _Gunzip() if gz else None
         self._done = False
 
+    def rewind(self) -> bool:
+        """Start over from the file's first byte (a plain file only: a .gz's decompressor cannot go back)."""
+        if self._gz is not None:
+            return False
+        self.pos = self.out = self._line = self.cut_lines = 0
+        self._cutting = self._after_nul = self._done = False
+        self.damage = None
+        return True
+
     def progress(self) -> int:
         return self.pos
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        OPEN_FILES.forget(self)
 
     # -- reading -------------------------------------------------------------------------------------------
     def readinto(self, view: np.ndarray) -> int:
@@ -64,7 +81,8 @@ class ByteStream:
 
     def _read_raw(self, view: np.ndarray) -> int:
         try:
-            return self._gz_read(view) if self._gz is not None else self._plain_read(view)
+            with OPEN_FILES.use(self):
+                return self._gz_read(view) if self._gz is not None else self._plain_read(view)
         except OSError as exc:
             self._stop(f"read error ({os.strerror(exc.errno) if exc.errno else exc})")
             return 0
@@ -215,3 +233,81 @@ class _Gunzip:
                 view[: len(out)] = np.frombuffer(out, np.uint8)
                 return len(out)
         return 0
+
+
+class _OpenFiles:
+    """The descriptors of the streams being read, at most `limit()` open: the soft open-file limit is raised
+    to the hard one first, and past it (less a reserve for outputs and libraries) the least recently read
+    stream's file is closed, to be opened again by path (and checked to be the same file) when it is read."""
+
+    RESERVE = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: OrderedDict[ByteStream, None] = OrderedDict()
+        self._limit: int | None = None
+
+    def limit(self) -> int:
+        if self._limit is None:
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+                soft = want
+            self._limit = max(8, soft - self.RESERVE)
+        return self._limit
+
+    def make_room(self) -> None:
+        """Before a file is opened: a descriptor closed if the limit is reached."""
+        with self._lock:
+            self._make_room()
+
+    def add(self, stream: ByteStream) -> None:
+        """A stream whose descriptor was just opened (after make_room)."""
+        with self._lock:
+            self._open[stream] = None
+
+    @contextlib.contextmanager
+    def use(self, stream: ByteStream) -> Iterator[int]:
+        """The stream's descriptor, open (again) and kept open while the caller reads."""
+        with self._lock:
+            if stream in self._open:
+                self._open.move_to_end(stream)
+            else:
+                self._make_room()
+                stream.fd = _reopen(stream)
+                self._open[stream] = None
+            stream._pins += 1
+        try:
+            yield stream.fd
+        finally:
+            with self._lock:
+                stream._pins -= 1
+
+    def forget(self, stream: ByteStream) -> None:
+        with self._lock:
+            if self._open.pop(stream, False) is None:
+                os.close(stream.fd)
+            stream.fd = -1
+
+    def _make_room(self) -> None:
+        while len(self._open) >= self.limit():
+            idle = next((s for s in self._open if not s._pins), None)
+            if idle is None:
+                return  # every open file is being read at this moment: one over the limit, briefly
+            del self._open[idle]
+            os.close(idle.fd)
+            idle.fd = -1
+
+
+def _reopen(stream: ByteStream) -> int:
+    fd = os.open(stream.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != stream._identity:
+        os.close(fd)
+        raise OSError(errno.ESTALE, "the file was replaced while it was read")
+    os.set_blocking(fd, True)
+    return fd
+
+
+OPEN_FILES = _OpenFiles()
