@@ -48,7 +48,10 @@ class Batch:
             yield self
             return
         for at in range(0, len(self), per):
-            yield Batch(self.blocks, self.which[at : at + per], self.index[at : at + per], self.serials)
+            which = self.which[at : at + per]
+            used = np.unique(which)  # (a piece gathers from its own blocks only)
+            blocks = [self.blocks[u] for u in used.tolist()]
+            yield Batch(blocks, np.searchsorted(used, which), self.index[at : at + per], self.serials)
 
 
 class _Lane:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def check(sources: list[Source], warn: Warn) -> None:
     holder: dict[tuple, Path] = {}
-    files: dict[str, list[Path]] = defaultdict(list)  # run id -> its files
+    files: dict[str, dict[Path, None]] = defaultdict(dict)  # run id -> its files (a dict: ordered, unique)
     world: dict[str, int] = defaultdict(int)
     ranks: dict[str, set[int]] = defaultdict(set)
     for source in sources:
@@ -36,14 +36,13 @@ def check(sources: list[Source], warn: Warn) -> None:
                     f"{other} and {source.path} both hold the records of rank {rank} (pid {pid}) of "
                     f"run {run}: they would be read twice; give only one of the two"
                 )
-            if source.path not in files[run]:
-                files[run].append(source.path)
+            files[run].setdefault(source.path)
             world[run] = max(world[run], meta.get("world_size") if isinstance(meta.get("world_size"), int) else 0)
             ranks[run].add(rank)
     if len(files) > 1:
         warn(
             f"the input files are from {len(files)} different runs: "
-            + "; ".join(f"{run} ({_some(paths)})" for run, paths in files.items())
+            + "; ".join(f"{run} ({_some(list(paths))})" for run, paths in files.items())
         )
     if len(files) == 1:  # files without a meta record (foreign, cut short) speak for the rank they are of
         ranks[next(iter(files))].update(s.rank for s in sources if not s.metas and s.rank is not None)
