@@ -133,3 +133,43 @@ def test_counter_tracks_show_step_time_allreduce_wait_and_gradient_norm_per_rank
         (20_601, {"bucket 0": 0.5}),
     ]
     assert [v for _, v in by[(0, "local gradient norm")]] == [{"bucket 0": 0.5}, {"bucket 0": 1.5}, {"bucket 0": 2.5}]
+
+
+def stepped_log(rank: int, world: int) -> str:
+    """Three steps of an allreduce and a warning each, and a stepless node run inside step 1."""
+    recs = []
+    for step in range(3):
+        t = T0 + 1000 * step
+        recs += [
+            (t, f"I allreduce begin step={step} bucket=0 bytes=8 v=1"),
+            (t + 10, f"W slow step={step}"),
+            (t + 50, f"I allreduce end step={step} bucket=0 v=1"),
+        ]
+    recs += [(T0 + 1020, "I mul1GradNode(0x1) begin run node=mul1GradNode pass=1 v=4")]
+    recs += [(T0 + 1030, f"I {banner(FINISH_AD_API, 'mul_grad')} node=mul1GradNode pass=1 v=3")]
+    return ours(rank, sorted(recs), world=world)
+
+
+def test_ranks_and_steps_windows_cut_a_big_run(tmp_path, cli):
+    """--ranks keeps those ranks' processes only; --steps the slices of those steps and the stepless ones
+    in their time span; the summary says the size of what was written."""
+    for rank in range(16):
+        (tmp_path / f"rank-{rank}.log").write_text(stepped_log(rank, 16))
+    code, _, err = cli("trace", tmp_path, "-o", tmp_path / "t.json", "--ranks", "2-3,9", "--steps", "1")
+    doc = json.loads((tmp_path / "t.json").read_text())
+    events = [e for e in check_trace(doc) if e["ph"] != "M"]
+    assert code == 0 and {e["pid"] for e in doc["traceEvents"]} == {2, 3, 9}
+    assert sorted((e["pid"], e["cat"], e["args"].get("step")) for e in events) == sorted(
+        (rank, kind, step) for rank in (2, 3, 9) for kind, step in (("allreduce", 1), ("warning", 1), ("node", None))
+    )
+    size = (tmp_path / "t.json").stat().st_size
+    assert (
+        f"9 events (3 allreduce, 3 warning, 3 node) on 3 ranks to {tmp_path / 't.json'} ({size / 1e6:,.1f} MB)" in err
+    )
+
+
+def test_a_bad_window_is_one_line_before_any_reading(tmp_path, cli):
+    (tmp_path / "rank-0.log").write_text(stepped_log(0, 1))
+    code, _, err = cli("trace", tmp_path, "-o", tmp_path / "t.json", "--steps", "3-1")
+    assert code == 2 and err.count("\n") == 1 and "--steps '3-1': expected a list like 0,2-3" in err
+    assert not (tmp_path / "t.json").exists()

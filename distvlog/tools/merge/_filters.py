@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import format as fmt
 from ...errors import InputError
-from ..read import Block, Record
+from ..read import Block, Record, parse_int_list
 
 LEVEL = np.zeros(256, np.int8)
 for _i, _c in enumerate(fmt.SEVERITIES):
@@ -54,16 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", metavar="TIME", help="up to this time (inclusive), same forms as --since")
 
 
-def parse_ranks(text: str) -> np.ndarray:
-    out: set[int] = set()
-    for part in text.split(","):
-        lo, dash, hi = part.strip().partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()) or (dash and int(hi) < int(lo)):
-            raise InputError(f"--ranks {text!r}: expected a list like 0,2-3")
-        out.update(range(int(lo), int(hi) + 1) if dash else [int(lo)])
-    return np.array(sorted(out), np.int64)
-
-
 def _parse_time(option: str, text: str) -> tuple[str, _dt.datetime]:
     for kind, formats in (("full", _TIME_FORMATS), ("day", _DAY_FORMATS), ("tod", _TOD_FORMATS)):
         for time_format in formats:
@@ -94,7 +84,7 @@ class Select:
     """The filters of one merge; `prepare` once the first timestamp is known, then call per block."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.ranks = parse_ranks(args.ranks) if args.ranks else None
+        self.ranks = np.array(parse_int_list("--ranks", args.ranks), np.int64) if args.ranks else None
         self.min_level = fmt.SEVERITIES.index(args.min_severity) if args.min_severity else 0
         self.min_v, self.max_v = args.min_v, args.max_v
         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ._arena import Arena, Slot
 from ._block import Block, Counts
 from ._bytes import restamp, take
-from ._files import resolve_inputs
+from ._files import parse_int_list, resolve_inputs
 from ._notes import Warn, after_reading, ignore, skipped_text, total, warner
 from ._record import Record
 from ._scan import PAD
@@ -37,6 +37,7 @@ __all__ = [
     "ignore",
     "open_inputs",
     "open_sources",
+    "parse_int_list",
     "read_records",
     "resolve_inputs",
     "restamp",

@@ -160,6 +160,20 @@ def open_input(file: InputFile) -> ByteStream:
     return stream
 
 
+_INT_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+
+def parse_int_list(option: str, text: str) -> list[int]:
+    """`0,2-3` as [0, 2, 3] (sorted, each once): how --ranks and --steps name what they keep."""
+    out: set[int] = set()
+    for part in text.split(","):
+        match = _INT_RANGE.fullmatch(part.strip())
+        if not match or (match[2] is not None and not 0 <= int(match[2]) - int(match[1]) < 1 << 20):
+            raise InputError(f"{option} {text!r}: expected a list like 0,2-3 (a range of at most 1,048,576)")
+        out.update(range(int(match[1]), int(match[2] or match[1]) + 1))
+    return sorted(out)
+
+
 def parse_rank_of(specs: list[str] | None) -> dict[str, int]:
     """`--rank-of FILE=R` options as {FILE: R}; FILE matches a path as given, resolved, or its name."""
     out: dict[str, int] = {}

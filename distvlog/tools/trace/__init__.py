@@ -4,7 +4,11 @@ One process per rank ("rank R (host)"), one track per thread; a slice per GradNo
 allreduce bucket, an instant per warning and error; `args` carry node, step and gradient statistics.
 Counter tracks per rank (from DataParallel's records): step time, allreduce wait, local gradient norm.
 Slices on one track never overlap partially (Perfetto rejects that): a slice that would is moved to an
-extra track of the same thread. `--max-events` keeps huge runs loadable and says what it dropped.
+extra track of the same thread. `--max-events` keeps huge runs loadable and says what it dropped; `--ranks`
+and `--steps` cut a window out of them.
+
+The trace is written an input file at a time (a rank file holds one rank's records: its slices are built,
+laid out on tracks and written, then let go), so memory holds one file's slices, not the run's.
 """
 
 from __future__ import annotations
@@ -18,10 +22,19 @@ from ... import format as fmt
 from ...errors import InputError
 from ...wording import plural
 from ..output import output, write_all
-from ..read import add_input_arguments, after_reading, open_inputs, read_records, warner
+from ..read import (
+    Source,
+    add_input_arguments,
+    after_reading,
+    open_inputs,
+    parse_int_list,
+    read_records,
+    warner,
+)
 from . import _counters
 from ._slices import KINDS, WANTED, Slice, SliceBuilder
 
+_WANTED = re.compile(WANTED.pattern + b"|" + _counters.WANTED.pattern, WANTED.flags | _counters.WANTED.flags)
 LANE_TID_BASE = 1 << 40  # tids of the extra tracks (real thread ids are smaller)
 
 
@@ -36,7 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         type=int,
         default=1_000_000,
-        help="keep at most N events, errors and passes first (default 1,000,000; 0: all)",
+        help="keep at most N events, shared out among the input files, errors and passes first in each "
+        "(default 1,000,000; 0: all)",
+    )
+    parser.add_argument("--ranks", metavar="LIST", help="only these ranks' processes, e.g. 0-7,64 (cuts a big run)")
+    parser.add_argument(
+        "--steps",
+        metavar="LIST",
+        help="only these steps, e.g. 2-3: slices of those steps, and those without a step in their time span",
     )
     parser.set_defaults(run=run)
 
@@ -102,38 +122,82 @@ def trace_events(slices: list[Slice], hosts: dict[int, str]) -> list[dict]:
     return events
 
 
+def in_steps(slices: list[Slice], steps: set[int]) -> list[Slice]:
+    """The slices of these steps, and the slices without a step that overlap their time span."""
+    chosen = [s for s in slices if s.args.get("step") in steps]
+    if not chosen:
+        return []
+    first, last = min(s.start for s in chosen), max(s.end or s.start for s in chosen)
+    return [
+        s
+        for s in slices
+        if s.args.get("step") in steps or ("step" not in s.args and s.start <= last and (s.end or s.start) >= first)
+    ]
+
+
+def _file_slices(
+    source: Source, ranks: set[int] | None, steps: set[int] | None, max_events: int
+) -> tuple[list[Slice], Counter, list[dict]]:
+    """One input file's slices (at most max_events, of those ranks and steps; None: all), what was
+    dropped over max_events, and its counter events (step time, allreduce wait, bucket norms)."""
+    builder, counters = SliceBuilder(), _counters.CounterBuilder()
+    for record in read_records([source], where=_WANTED, severities="WEF"):
+        if ranks is None or record.rank in ranks:
+            builder.add(record)
+            counters.add(record)
+    slices = builder.finish()
+    if steps is not None:
+        slices = in_steps(slices, steps)
+    return (*limit(slices, max_events), counters.events())
+
+
+class _TraceWriter:
+    """The trace's JSON written as it goes: `{"traceEvents": [` then events, then the rest of the object."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.size, self._first = fd, 0, True
+
+    def _write(self, data: bytes) -> None:
+        write_all(self.fd, data)
+        self.size += len(data)
+
+    def events(self, events: list[dict]) -> None:
+        if events:
+            self._write((b'{"traceEvents":[' if self._first else b",") + fmt.dumps(events)[1:-1])
+            self._first = False
+
+    def close(self, other: dict) -> None:
+        if self._first:
+            self._write(b'{"traceEvents":[')
+        self._write(b'],"displayTimeUnit":"ms","otherData":' + fmt.dumps(other) + b"}")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.max_events < 0:
         raise InputError(f"--max-events {args.max_events}: must be 0 (no limit) or more")
+    ranks = set(parse_int_list("--ranks", args.ranks)) if args.ranks else None
+    steps = set(parse_int_list("--steps", args.steps)) if args.steps else None
     warn = warner("trace")
     sources = open_inputs(args, warn)
-    builder, counters = SliceBuilder(), _counters.CounterBuilder()
-    for record in read_records(
-        sources,
-        where=re.compile(WANTED.pattern + b"|" + _counters.WANTED.pattern, WANTED.flags | _counters.WANTED.flags),
-        severities="WEF",
-    ):
-        builder.add(record)
-        counters.add(record)
-    after_reading(sources, warn)
-    slices, dropped = limit(builder.finish(), args.max_events)
-    hosts: dict[int, str] = {}
-    for source in sources:
-        for rank in source.counts.records:
-            hosts.setdefault(rank, source.host or "")
-    events = trace_events(slices, hosts) + counters.events()
-    doc = {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {"generator": "distvlog trace", "dropped": dict(dropped)},
-    }
-    with output(args.output, [s.path for s in sources]) as fd:
-        write_all(fd, fmt.dumps(doc))
-    kinds = Counter(s.kind for s in slices)
+    share = -(-args.max_events // len(sources))  # --max-events shared out among the files (0: no limit)
+    kinds: Counter = Counter()
+    dropped: Counter = Counter()
+    shown: set[int] = set()
+    with output(args.output, [s.path for s in sources]) as fd:  # a refused output before the reading
+        writer = _TraceWriter(fd)
+        for source in sources:
+            slices, over, counter_events = _file_slices(source, ranks, steps, share)
+            hosts = {r: source.host or "" for r in source.counts.records if ranks is None or r in ranks}
+            writer.events(trace_events(slices, hosts) + counter_events)
+            kinds.update(s.kind for s in slices)
+            dropped.update(over)
+            shown.update(hosts)
+        after_reading(sources, warn)
+        writer.close({"generator": "distvlog trace", "dropped": dict(dropped)})
     said = ", ".join(f"{n:,} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: KINDS.index(kv[0])))
     print(
-        f"distvlog trace: {plural(len(slices), 'event')} ({said or 'none'}) on {plural(len(hosts), 'rank')} to "
-        f"{args.output}"
+        f"distvlog trace: {plural(sum(kinds.values()), 'event')} ({said or 'none'}) on "
+        f"{plural(len(shown), 'rank')} to {args.output} ({writer.size / 1e6:,.1f} MB)"
         + (
             f"; dropped {sum(dropped.values()):,} over --max-events {args.max_events:,} ("
             + ", ".join(f"{n:,} {k}" for k, n in dropped.items())
