@@ -16,7 +16,7 @@ from .. import format as fmt
 from ..errors import InputError
 from ..logger import PACKAGE_DIR
 from ..tools.read import Record, open_sources
-from ..wording import plural, ranks_text
+from ..wording import MAX_GROUPS, plural, ranks_text
 
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
 _SIGNALLED = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
@@ -177,8 +177,12 @@ def _say_unended(unended: list[Unended]) -> None:
         "called os._exit(), then the launcher killed the others (which one, the logs cannot tell; the "
         "launcher's message may give its pid)"
     )
-    for rank in unended:
+    for rank in unended[:MAX_GROUPS]:  # (a killed job of 1,024 ranks: a few lines, not a screenful)
         _say(f"rank {rank.rank} (pid {rank.pid}): its log ends at {rank.last}")
+    if len(unended) > MAX_GROUPS:
+        _say(
+            f"and {plural(len(unended) - MAX_GROUPS, 'more rank')} ({ranks_text(u.rank for u in unended[MAX_GROUPS:])})"
+        )
 
 
 def _no_files(run_dir: Path, code: int, started: float) -> None:

@@ -65,3 +65,21 @@ def test_trace_and_diff_read_256_ranks_with_short_messages(big_run, cli):
 )
 def test_counts_per_rank_in_words(counts, notes, text):
     assert per_rank(counts, notes) == text
+
+
+def test_launch_names_a_few_ranks_killed_without_their_end_record_then_the_rest_as_ranges(tmp_path, capfd):
+    """A failed job of 12 ranks whose logs all lack their end record: the report names four with their
+    last record and the other eight as a range, on one line."""
+    from distvlog.launch.report import after_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in range(12):
+        (run / f"rank-{rank}.log").write_text(ours(rank, [(T0 + rank, f"I step {rank}")], world=12))
+    code = after_run(run, 12, 137, started=0.0)
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "its log ends at" in line]
+    assert code == 137 and [line.split(" (pid")[0] for line in lines] == [
+        f"distvlog launch: rank {r}" for r in range(4)
+    ]
+    assert "distvlog launch: and 8 more ranks (ranks 4-11)\n" in err
