@@ -23,7 +23,7 @@ PROGRESS_MIN_BYTES = 4 << 20
 READ_THREADS = 2  # parse two inputs' next blocks at once (see _kway)
 # The blocks in memory: each input holds about two and a half (one read ahead, the one being merged, part
 # of the next), so an input's block is this budget shared out, within the bounds below.
-BLOCKS_BUDGET = 48 << 20
+BLOCKS_BUDGET = 32 << 20
 MIN_BLOCK, MAX_BLOCK = 32 << 10, 4 << 20
 
 

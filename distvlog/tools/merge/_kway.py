@@ -24,7 +24,7 @@ from ..read import Block, Slot, Source
 
 NEVER = np.iinfo(np.int64).max
 MAX_SLACK_US = 10_000_000  # past this, a record that arrives too late is written late (and counted)
-BATCH_BYTES = 8 << 20
+BATCH_BYTES = 4 << 20
 
 
 @dataclass
