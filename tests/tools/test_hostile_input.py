@@ -280,3 +280,17 @@ def test_more_files_than_the_open_file_limit_merge_the_same(tmp_path):
     )
     assert code == 0 and proc.returncode == 0, proc.stderr
     assert proc.stdout == unlimited and unlimited.count(" record ") == 200 * 40
+
+
+def test_a_record_that_goes_on_and_on_is_skipped_and_its_lines_counted(tmp_path):
+    """A record start followed by 300,000 short lines (more than a record may have): the record and all
+    its lines are skipped and counted by reason, the records after it read, every line accounted for."""
+    text = ours(0, RECORDS[:5], world=1) + "  more\n" * 300_000
+    text += f"I{stamp(T0 + 100)} 100 t.py:1] [rank 0] after it\n"
+    (tmp_path / "rank-0.log").write_text(text)
+    sources = open_sources([str(tmp_path / "rank-0.log")])
+    got = [r.event for r in read_records(sources)]
+    counts = sources[0].counts
+    assert got[1:] == [f"record {i}" for i in range(4)] + ["after it"]
+    assert counts.skipped == {"in records longer than 64 MiB or 262,144 lines": 300_001}
+    assert counts.lines + counts.header + sum(counts.skipped.values()) == text.count("\n")

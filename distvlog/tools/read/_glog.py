@@ -40,6 +40,10 @@ _COUNT_WINDOW = len(_COUNT) + _COUNT_DIGITS
 TORN = "in torn records"
 STRAY = "not part of a record"
 CUT_BEFORE = "cut short before the first record"
+TOO_LONG = "in records longer than 64 MiB or 262,144 lines"
+RECORD_CAP = 64 << 20  # a record's bytes (its lines are each at most the reader's line cap)
+RECORD_LINES = 1 << 18  # lines parsed at once (the arrays cost ~80 bytes a line), so a record's lines too
+HEAD_LINES = 16  # lines before the first record looked at one by one (a header has 3 to 5)
 
 
 @dataclass
@@ -99,6 +103,28 @@ def mark_padding(data: np.ndarray, n: int, eof: bool) -> tuple[np.ndarray, int, 
     return out, len(text), True
 
 
+def _count_before_first(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, reason: str, counts: Counts) -> None:
+    """The lines before a chunk's first record: header lines (only among the first few), marks (padding),
+    lines cut short, the others skipped for `reason`; counted in bulk past the first HEAD_LINES."""
+    for i in range(min(len(starts), HEAD_LINES)):
+        line = data[starts[i] : ends[i]].tobytes()
+        if line.endswith(MARK):  # padding or a cut: a mark, or a line cut short
+            if line != MARK:
+                counts.skipped[CUT_BEFORE] += 1
+        elif fmt.is_header_line(line):
+            counts.header += 1
+        else:
+            counts.skipped[reason] += 1
+    if len(starts) > HEAD_LINES:
+        s, e = starts[HEAD_LINES:], ends[HEAD_LINES:]
+        marked = (e - s >= 2) & (data[np.maximum(e - 2, 0)] == NUL)
+        cut = int(np.count_nonzero(marked & (e - s > 2)))
+        if cut:
+            counts.skipped[CUT_BEFORE] += cut
+        if len(s) - int(np.count_nonzero(marked)):
+            counts.skipped[reason] += len(s) - int(np.count_nonzero(marked))
+
+
 def declared_counts(data: np.ndarray, line_ends: np.ndarray) -> np.ndarray:
     """The continuation lines each line declares at its end (` +lines=N`), 0 where it declares none.
     `line_ends`: where each line's "\\n" is; the lines are record starts (longer than the window)."""
@@ -134,6 +160,7 @@ class GlogParser:
         self.ranks = ranks  # None: our own file, every record already in our form with its tag
         self.own_rank = own_rank
         self.display_offset_us: int | None = None  # rewrite timestamps into this zone (merge output)
+        self.in_long_record = False  # the lines before the next record start belong to a skipped one
 
     def parse(self, data: np.ndarray, n: int, eof: bool) -> Parsed:
         counts = Counts()
@@ -148,18 +175,16 @@ class GlogParser:
         ends = np.append(starts[1:], complete)  # after each line's "\n"
         rec = np.flatnonzero(ok)
         first = int(rec[0]) if len(rec) else len(starts)
-        for i in range(first):  # before the first record: the header, else lines we cannot place
-            line = data[starts[i] : ends[i]].tobytes()
-            if line.endswith(MARK):  # padding or a cut: a mark, or a line cut short
-                if line != MARK:
-                    counts.skipped[CUT_BEFORE] += 1
-            elif fmt.is_header_line(line):
-                counts.header += 1
-            else:
-                counts.skipped[STRAY + " (before the first one)"] += 1
+        lead = TOO_LONG if self.in_long_record else STRAY + " (before the first one)"
+        _count_before_first(data, starts[:first], ends[:first], lead, counts)
+        self.in_long_record = self.in_long_record and not len(rec)
         carry_from = complete if eof else (int(starts[rec[-1]]) if len(rec) else complete)
         if not eof and len(rec):
             rec = rec[:-1]  # the last record may go on in the next chunk
+            if complete - carry_from > RECORD_CAP or carry_from == 0 and len(starts) >= RECORD_LINES:
+                # it goes on and on: skipped, and its lines to come
+                counts.skipped[TOO_LONG] += len(starts) - int(np.searchsorted(starts, carry_from))
+                carry_from, self.in_long_record = complete, True
         upto = int(np.searchsorted(starts, carry_from))  # lines of this chunk's records
         kept = self._regular(data, rec, ends, upto, eof) if not marked else None
         if kept is None:

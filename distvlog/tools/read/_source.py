@@ -18,7 +18,7 @@ from ._block import Block, Counts
 from ._bytes import restamp
 from ._files import BadFile, InputFile, open_input, parse_rank_of, rank_given, resolve_inputs
 from ._foreign import NCCL_RANK
-from ._glog import GlogParser, RankRule, UnknownRank
+from ._glog import RECORD_LINES, GlogParser, RankRule, UnknownRank
 from ._notes import Warn, ignore
 from ._record import Record
 from ._scan import OURS, PAD, Calendar, detect_variant, line_starts
@@ -50,6 +50,7 @@ class Source:
         self.chunk: int | None = None  # bytes read per block (None: CHUNK); merge sets less for many inputs
         self._head = np.zeros(0, np.uint8)  # read ahead to learn the format; blocks take it first
         self._carry, self._opening = self._head, True
+        self._unparsed = False  # the carry holds whole lines the last parse left for the next
         self._rank_rule: RankRule | None = None
         self._calendar: Calendar | None = None
         self._parser: GlogParser | None = None
@@ -158,7 +159,8 @@ class Source:
         if self._done:
             return None
         carry = self._carry
-        size = max(self.chunk or CHUNK, 2 * len(carry))
+        # (carried lines not yet parsed: parse them before reading more)
+        size = len(carry) if self._unparsed else max(self.chunk or CHUNK, 2 * len(carry))
         slot = alloc(size + PAD)
         slot.view[: len(carry)] = carry
         n = self._fill(slot.view, len(carry), size)
@@ -183,8 +185,12 @@ class Source:
             parsed = _jsonl.parse(slot.view, n, self.eof, self.rank)
             text, objs = np.frombuffer(parsed.text, np.uint8), parsed.objs
         else:
-            parsed = self._glog_parser().parse(slot.view, n, self.eof)
+            upto = _lines_end(slot.view, n, RECORD_LINES)  # (a chunk of short lines: parsed in parts)
+            parsed = self._glog_parser().parse(slot.view, upto, self.eof and upto == n)
             text, objs = parsed.data, None
+            self._unparsed = upto < n
+            if self._unparsed:
+                parsed.carry = np.concatenate((parsed.carry, slot.view[upto:n]))
         self._carry = parsed.carry
         self.counts.add(parsed.counts)
         ts = parsed.ts if self.kind == "glog" else self.clock.correct(parsed.ts)
@@ -215,6 +221,14 @@ class Source:
 
     def close(self) -> None:
         self.stream.close()
+
+
+def _lines_end(data: np.ndarray, n: int, lines: int) -> int:
+    """Where the first `lines` lines of data[:n] end (n when it has fewer)."""
+    if n <= lines:
+        return n
+    newlines = np.flatnonzero(data[:n] == 10)
+    return int(newlines[lines - 1]) + 1 if len(newlines) > lines else n
 
 
 def open_sources(
