@@ -203,9 +203,11 @@ def apply_inplace(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> 
     ):
         return _record_inplace(op, args, attrs)
     data = x._data
-    operands = [data]
-    for a in args[1:]:  # (a loop, not a comprehension: an optimizer calls this for every parameter)
-        operands.append(a._data if isinstance(a, Tensor) else a)
+    if len(args) == 2:  # x op= y (an optimizer's update, for every parameter: no list, no loop)
+        y = args[1]
+        operands: tuple = (data, y._data if isinstance(y, Tensor) else y)
+    else:
+        operands = (data, *[a._data if isinstance(a, Tensor) else a for a in args[1:]])
     try:
         if op.ufunc:
             op.forward(*operands, data)  # (out, positional: numpy parses it faster)
