@@ -158,6 +158,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import re
 import time
 from collections.abc import Collection, Iterable
@@ -524,14 +525,17 @@ def _learn(texts: dict[str, str], key: str, text: str) -> None:
 
 def pairs_of(fields: dict[str, Any], skip: Collection[str] = ()) -> str:
     """`" NAME=VALUE"` for each field not in `skip`, in order: the FIELDS of a body (2.3). This runs for every
-    record: numbers, and names and str values seen before, take no call of their own."""
+    record: numbers, and names and str values seen before, take no call of their own (str first: most
+    values are). `Fields` bring their text along."""
+    if type(fields) is Fields and not skip:
+        return fields.text
     try:
         return "".join(
             [
-                f" {_name_texts[k]}={v}"
-                if (kind := type(v)) is int or kind is float
-                else f" {_name_texts[k]}={_str_texts[v]}"
-                if kind is str
+                f" {_name_texts[k]}={_str_texts[v]}"
+                if (kind := type(v)) is str
+                else f" {_name_texts[k]}={v}"
+                if kind is int or kind is float
                 else f" {_name_texts[k]}={value_text(v)}"
                 for k, v in fields.items()
                 if k not in skip
@@ -539,6 +543,39 @@ def pairs_of(fields: dict[str, Any], skip: Collection[str] = ()) -> str:
         )
     except KeyError:  # a name not seen yet (or not a str): name_text decides it, and learns it
         return "".join([f" {name_text(k)}={value_text(v)}" for k, v in fields.items() if k not in skip])
+
+
+_call = getattr(operator, "call", lambda f, v: f(v))  # (in C from Python 3.11: no Python frame per value)
+
+
+class Fields(dict):
+    """A record's fields and their FIELDS text (2.3), made together by a `FieldsKind`: `pairs_of` returns it."""
+
+    __slots__ = ("text",)
+
+
+class FieldsKind:
+    """The fields of one kind of record (a gradient's statistics): fixed names in a fixed order, each value of a
+    declared type (str, int or float). Their text is one `str.format` of the values, the names rendered once:
+    what `pairs_of` writes for the same dict, for the cost of a look-up per value. Values of other types
+    (a bool, a numpy number) take `pairs_of`'s way."""
+
+    def __init__(self, fields: dict[str, type]) -> None:
+        self.names = tuple(fields)
+        self.types = tuple(fields.values())
+        if not set(self.types) <= {str, int, float}:
+            raise TypeError(f"FieldsKind: a field's type must be str, int or float, got {self.types}")
+        heads = [field_text(name).replace("{", "{{").replace("}", "}}") for name in self.names]
+        self._format = "{}".join([*heads, ""]).format
+        self._texts = tuple(_str_texts.__getitem__ if kind is str else repr for kind in self.types)
+
+    def __call__(self, *values: Any) -> Fields:
+        fields = Fields(zip(self.names, values))
+        if tuple(map(type, values)) == self.types:
+            fields.text = self._format(*map(_call, self._texts, values))
+        else:
+            fields.text = pairs_of(dict(fields))
+        return fields
 
 
 def field_text(name: str) -> str:
@@ -567,6 +604,8 @@ def _plain_lines(message: str) -> bool:
 
 def _reads_back(first: str) -> bool:
     """Whether a message's first line that contains `=` reads back as itself (2.4's last rule)."""
+    if first[-1] == "=":  # (an empty VALUE is no pair, nor `+lines=` and digits: Paddle's banners end so)
+        return True
     if _peel(first, len(first)) is not None:
         return False
     digits = first[len(COUNT_NAME) + 1 :] if first.startswith(COUNT_NAME + "=") else ""

@@ -42,6 +42,7 @@ from ..format import (
     GRAD_STATS,
     RUNNING_AD_API,
     RUNNING_CPP_API,
+    FieldsKind,
 )
 from ..format import BANNER_EDGE as _BANNER
 from ..logger import SINK, LineWriter, get_logger, level_for
@@ -53,9 +54,19 @@ _log = get_logger(ENGINE)
 MAX_VALUES = 24  # elements printed per tensor at level >= 11
 
 
+_STATS = {"shape": str, "dtype": str, "norm": float, "nan": int, "inf": int}  # at level 5
+_DETAIL = {"min": float, "max": float, "mean": float, "checksum": str}  # and at 6
+_LEAN = len(_STATS)
+
+
 def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
     """Statistics that tell ranks apart, robust to NaN/Inf: the L2 norm and NaN/Inf counts in one pass over a
     finite gradient; with `detail`, min, max, mean and a checksum (exact to compare) in four more."""
+    return dict(zip([*_STATS, *_DETAIL], _stats_values(a, detail)))
+
+
+def _stats_values(a: np.ndarray, detail: bool) -> tuple:
+    """grad_stats' values, in its order and of its fields' types."""
     a = np.asarray(a)
     dtype = a.dtype
     wide = dtype.kind == "f" and dtype.itemsize >= 4  # BLAS's; float16 and ints in float64 (no overflow)
@@ -70,17 +81,28 @@ def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
         largest = float(np.max(np.abs(flat))) if flat.size else 0.0
         scaled = flat / largest if largest else flat
         norm = largest * math.sqrt(float(scaled.dot(scaled))) if largest else 0.0
-    stats = {"shape": shape_text(a.shape), "dtype": dtype_name(dtype), "norm": norm, "nan": n_nan, "inf": n_inf}
-    if detail:
-        empty = flat.size == 0
-        stats["min"] = math.nan if empty else float(np.minimum.reduce(flat))
-        stats["max"] = math.nan if empty else float(np.maximum.reduce(flat))
-        stats["mean"] = math.nan if empty else float(np.add.reduce(flat, dtype=np.float64)) / flat.size
-        stats["checksum"] = checksum(a)
-    return stats
+    stats = (shape_text(a.shape), dtype_name(dtype), norm, n_nan, n_inf)
+    if not detail:
+        return stats
+    if flat.size == 0:
+        return (*stats, math.nan, math.nan, math.nan, checksum(a))
+    return (
+        *stats,
+        float(np.minimum.reduce(flat)),
+        float(np.maximum.reduce(flat)),
+        float(np.add.reduce(flat, dtype=np.float64)) / flat.size,
+        checksum(a),
+    )
 
 
-_LEAN = ("shape", "dtype", "norm", "nan", "inf")  # grad_stats' fields at level 5
+# A grad_stats record's fields: the slot, the tensor, the forward line when known, then the statistics.
+_RECORD_FIELDS = {
+    (site, detail): FieldsKind(
+        {"slot": str, "tensor": str, **({"site": str} if site else {}), **_STATS, **(_DETAIL if detail else {})}
+    )
+    for site in (False, True)
+    for detail in (False, True)
+}
 
 
 def _values(a: np.ndarray) -> str:
@@ -107,13 +129,13 @@ class NodeLog:
         self._stats = stats  # the pass's: id(gradient) -> (gradient, its grad_stats), from producer to consumer
         self._inputs_text = ""
 
-    def stats(self, grad: np.ndarray) -> dict[str, Any]:
+    def stats(self, grad: np.ndarray) -> tuple:
+        """grad_stats' values of a gradient at this node's level, computed once per pass."""
         held = self._stats.get(id(grad))
         detail = self.level >= 6
-        if held is None or detail and "checksum" not in held[1]:  # (the pass holds the array: its id is not
-            held = self._stats[id(grad)] = (grad, grad_stats(grad, detail))  # reused meanwhile)
-        stats = held[1]
-        return stats if detail or "checksum" not in stats else {k: stats[k] for k in _LEAN}
+        if held is None or detail and len(held[1]) == _LEAN:  # (the pass holds the array: its id is not
+            held = self._stats[id(grad)] = (grad, _stats_values(grad, detail))  # reused meanwhile)
+        return held[1] if detail else held[1][:_LEAN]
 
     def _tensor(self, name: str, a: np.ndarray, grad_node: GradNode | None) -> str:
         level = self.level
@@ -211,18 +233,10 @@ class NodeLog:
             dump = f"{{ Input: {self._inputs(grad)},  \n Output: [ \n" + ",  \n".join(outs) + ", ] } "
             records.append((3, dump, None))
             if level >= 5:
-                site = {} if node.site is None else {"site": str(node.site)}  # `diff` names the forward line
-                records.append(
-                    (
-                        5,
-                        GRAD_STATS,
-                        {"slot": "grad_out", "tensor": node.out_name + "@Grad", **site, **self.stats(grad)},
-                    )
-                )
-                records += [
-                    (5, GRAD_STATS, {"slot": slot, "tensor": name, **site, **self.stats(g)})
-                    for _, slot, name, g in grads
-                ]
+                fields = _RECORD_FIELDS[node.site is not None, level >= 6]
+                site = () if node.site is None else (str(node.site),)  # `diff` names the forward line
+                records.append((5, GRAD_STATS, fields("grad_out", node.out_name + "@Grad", *site, *self.stats(grad))))
+                records += [(5, GRAD_STATS, fields(slot, name, *site, *self.stats(g))) for _, slot, name, g in grads]
                 if all(g is not grad for *_, g in grads):
                     del self._stats[id(grad)]  # arrived, not passed on: the pass need not hold this gradient any more
             records.append((3, f"{_BANNER}{FINISH_AD_API}: {api}{_BANNER}", None))

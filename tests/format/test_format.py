@@ -9,8 +9,9 @@ import math
 
 import numpy as np
 import pytest
-from format_strategies import fields_strategy, message_strategy, same, text_of
+from format_strategies import fields_strategy, message_strategy, same, text_of, text_strategy, values_strategy
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from distvlog import format as fmt
 
@@ -237,3 +238,26 @@ def test_a_json_lines_record_rewritten_as_glog_text_reads_back_the_same(message,
     obj = fmt.parse_json(fmt.json_record({"ts": 1, "severity": "W", "rank": 0, "event": message, **fields}))
     record = back(fmt.json_to_glog(obj, 0, "1201 13:00:00.000000"))
     assert record.message == text_of(fmt.message_of(message)) and same(record.fields, fields)
+
+
+_KIND_TYPES = {"slot": str, "t e n": str, "norm": float, "nan": int, "+lines": str, "x=y": float}
+
+
+_OF_TYPE = {str: text_strategy, int: st.integers(-(2**80), 2**80), float: st.floats()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.one_of(
+        st.tuples(*[_OF_TYPE[kind] for kind in _KIND_TYPES.values()]),  # the declared types: the template
+        st.tuples(*[st.one_of(_OF_TYPE[kind], values_strategy) for kind in _KIND_TYPES.values()]),
+    )
+)
+def test_fields_of_a_kind_are_written_as_pairs_of_writes_their_dict(values):
+    """A FieldsKind's text (one template, the names rendered once) is pairs_of's for the same dict, whatever
+    the names and the values: of the declared types (str, int, float: NaN and inf too) or not."""
+    kind = fmt.FieldsKind(_KIND_TYPES)
+    fields = kind(*values)
+    assert dict(fields) == dict(zip(_KIND_TYPES, values))
+    assert fmt.pairs_of(fields) == fmt.pairs_of(dict(fields))  # (the text)
+    assert fields.text == fmt.pairs_of(dict(fields))
