@@ -49,7 +49,13 @@ class Observer:
     unless overridden; an observer must not change what it is shown.
 
     `node_finish` is called once the loop has handed the node's outputs on: the task's `holders` and
-    `dependencies` then show, for each next node, the gradient it holds and its in-degree left."""
+    `dependencies` then show, for each next node, the gradient it holds and its in-degree left.
+
+    `every_node` False says the observer needs only the pass's tagged nodes (a vlog tag or a capture): while
+    no observer of the pass needs every node, the loop shows them no other (a guard on one layer of a deep
+    model then costs the other nodes one attribute read each)."""
+
+    every_node = True
 
     def pass_begin(self) -> None:
         """Before the first node runs."""
@@ -81,6 +87,7 @@ class GraphTask:
         "captured",
         "pass_id",
         "observers",
+        "every_node",
         "callbacks",
     )
 
@@ -101,6 +108,7 @@ class GraphTask:
         for factory in PASS_OBSERVERS:
             chosen += factory(self, tagged)
         self.observers = tuple(chosen)
+        self.every_node = any(observer.every_node for observer in chosen)
 
 
 def _graph(
@@ -307,12 +315,13 @@ def _execute(task: GraphTask) -> None:
 
 
 def _run_graph(task: GraphTask) -> None:
-    deps, holders, captured, stops, observers = (
+    deps, holders, captured, stops, observers, every_node = (
         task.dependencies,
         task.holders,
         task.captured,
         task.stops,
         task.observers,
+        task.every_node,
     )
     ready = deque(node for node in holders if deps.get(node) == 0)
     while ready:
@@ -327,7 +336,7 @@ def _run_graph(task: GraphTask) -> None:
         if grad is None:  # nothing reached this node: its successors get nothing from it either
             outputs = (None,) * len(node.edges)
         else:
-            if observers:
+            if observers and (every_node or node.tagged):
                 for observer in observers:
                     observer.node_begin(node, grad)
             if type(node) is AccumulationNode:
@@ -346,7 +355,7 @@ def _run_graph(task: GraphTask) -> None:
             deps[nxt] -= 1
             if deps[nxt] == 0:
                 ready.append(nxt)
-        if observers and grad is not None:
+        if observers and grad is not None and (every_node or node.tagged):
             for observer in observers:
                 observer.node_finish(node, grad, outputs)
 

@@ -212,6 +212,8 @@ class _Captures(Observer):
     """The captures whose nodes a pass runs: they record the gradients of their own nodes and write their
     dumps once the pass is done. (Observers keep the pass's tables, not the task, which holds them.)"""
 
+    every_node = False  # (a capture's nodes are tagged)
+
     def __init__(self, task: GraphTask, captures: list[Capture]) -> None:
         self.graph, self.captures = task.dependencies, captures
 
@@ -234,6 +236,8 @@ def observe_pass(task: GraphTask, tagged: list[GradNode]) -> tuple[Observer, ...
 
 class BackwardDump(Observer):
     """`dump_backward_graph_path`: the whole backward graph of one call, written once it has run."""
+
+    every_node = False  # (it reads the pass's graph at its end)
 
     def __init__(self, path: str | Path, task: GraphTask) -> None:
         self.path = dump_dir(path, "dump_backward_graph_path")  # (before anything runs)

@@ -294,6 +294,7 @@ class PassLog(Observer):
     def __init__(self, task: GraphTask, level: int) -> None:
         self.deps, self.holders, self.stops, self.pass_id = task.dependencies, task.holders, task.stops, task.pass_id
         self.level = level
+        self.every_node = level >= 3  # (else only the tagged nodes can log)
         self.stats: dict[int, tuple] = {}  # grad_stats by gradient array: a node's input is its producer's output
         self.current: NodeLog | None = None
         self.held: list[bool] | None = None
