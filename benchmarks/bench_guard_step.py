@@ -101,6 +101,7 @@ def callgrind(args: argparse.Namespace) -> None:
                 + [sys.executable, os.path.abspath(__file__), "--run", str(level), str(steps)],
                 capture_output=True,
                 text=True,
+                env={**os.environ, "PYTHONHASHSEED": "0", "DISTVLOG_LOG_DIR": out},  # (the same dicts each run)
             )
         found = re.search(r"Collected : (\d+)", run.stderr)
         if run.returncode or not found:
