@@ -25,6 +25,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import gc  # noqa: E402
 import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -128,6 +129,9 @@ def main() -> None:
     if args.run:
         level, steps = args.run
         step = make_step()
+        gc.collect()
+        gc.freeze()  # (a full collection would walk every object the imports made: millions of instructions,
+        # in one run and not another)
         for _ in range(2 + steps):  # (two warm-up steps: the first builds caches)
             step(level)
     elif args.callgrind:
