@@ -15,7 +15,7 @@ from ...errors import InputError
 from ...wording import per_rank, plural
 from ..output import output
 from ..read import PAD, Arena, Source, add_input_arguments, after_reading, open_inputs, skipped_text, total, warner
-from . import _filters
+from . import _filters, _follow
 from ._kway import KWayMerge
 from ._writers import JsonWriter, Writer, text_header
 
@@ -35,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", metavar="OUT", help="write to OUT (default, or -: standard output)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="glog text (default) or JSON lines")
     _filters.add_arguments(parser)
+    _follow.add_arguments(parser)
     parser.set_defaults(run=run)
 
 
@@ -87,6 +88,8 @@ def _arena(sources: list[Source]) -> Arena:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.follow:
+        return _follow.run(args)
     select = _filters.Select(args)
     warn = warner("merge")
     sources = open_inputs(args, warn)

@@ -18,8 +18,9 @@ from ._arena import Arena, Slot
 from ._block import Block, Counts
 from ._bytes import restamp, take
 from ._files import parse_int_list, resolve_inputs
+from ._header import Clock
 from ._notes import Warn, after_reading, ignore, skipped_text, total, warner
-from ._record import Record
+from ._record import Record, from_glog, from_json
 from ._scan import PAD
 from ._source import Source, add_input_arguments, open_inputs, open_sources, read_records
 
@@ -27,6 +28,7 @@ __all__ = [
     "Arena",
     "Block",
     "PAD",
+    "Clock",
     "Counts",
     "Record",
     "Slot",
@@ -34,6 +36,8 @@ __all__ = [
     "Warn",
     "add_input_arguments",
     "after_reading",
+    "from_glog",
+    "from_json",
     "ignore",
     "open_inputs",
     "open_sources",

@@ -1,0 +1,596 @@
+"""`distvlog merge --follow PATH`: the merged timeline of a running job, printed as it grows.
+
+Every rank file of the run directory is tailed: each poll reads what was appended and takes the whole
+records in it (format 5: a record short of its `+lines` count, a line without its "\\n" or a line cut by NUL
+padding is waited for, never printed). Reading stops at NUL padding with nothing after it: a sink that
+reserves space grows in content, not in size, and the padding is overwritten later. Records wait in one
+queue ordered by clock-corrected time (ties in rank order, as `merge` orders them) and are released when
+every live rank has written past them (its newest time, less how far back its threads' stamps have gone),
+or once they have waited `--delay` seconds. A record older than one already printed is printed all the
+same, with a field `late_us=N` (how far it is behind), so the output stays a valid glog timeline.
+
+A rank is done when its end record (format.END_RECORD) is read or its process is gone (the meta record
+names host and pid; pids are checked on this host only). The follow ends when every rank of the run is done,
+when `stop()` says so (the launcher: the job exited), when no rank wrote for `--idle` seconds, or on Ctrl-C.
+A file that shrinks or is replaced is read again from its start (said once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import heapq
+import itertools
+import os
+import re
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ... import format as fmt
+from ...errors import InputError
+from ...wording import plural, ranks_text
+from ..read import Clock, Record, from_glog, from_json
+from . import _filters
+
+LATE_FIELD = "late_us"
+POLL_S = 0.1
+READ_BYTES = 1 << 20  # read at most this much of one file per poll: memory stays bounded by the reading
+HEAD_BYTES = 64 << 10  # the header and meta record are in the first bytes
+CHECK_S = 1.0  # how often to look for new files, re-read clock slots and ask whether a rank's pid lives
+_START = re.compile(rb"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} ")  # a line that starts a record (2.2)
+_END = fmt.own_record_pattern(fmt.END_RECORD)
+_RANK_FILE = re.compile(rf"^{fmt.RANK_FILE_NAME.pattern}$")
+_NOT_NUL = re.compile(rb"[^\0]")
+_HOST = socket.gethostname()
+Say = Callable[[str], None]
+
+
+@dataclass(order=True)
+class _Pending:
+    ts: int
+    order: tuple  # (rank, file name): ties in rank order
+    seq: int  # then file order
+    text: bytes = field(compare=False)  # glog text, as in the rank's file
+    tail: _Tail = field(compare=False)
+    obj: dict | None = field(default=None, compare=False)  # a JSON-lines record's object
+    arrived: float = field(default=0.0, compare=False)
+
+
+class _Tail:
+    """One rank file as it grows: the whole records appended since the last poll."""
+
+    def __init__(self, path: Path, say: Say) -> None:
+        self.path, self.say = path, say
+        match = _RANK_FILE.match(path.name)
+        self.rank = int(match.group(1))
+        self.order = (self.rank, path.name)
+        self.fd = -1
+        self.ino = None
+        self.at = 0  # where the next read starts
+        self.buf = b""  # the start of a record not yet whole (bytes before `at`)
+        self.meta: dict | None = None
+        self.kind = "jsonl" if path.suffix == ".jsonl" else "glog"
+        self.clock = Clock()
+        self.frontier = -(1 << 62)  # the newest time read from this file
+        self.slack = 0  # how far back a record has gone behind the frontier
+        self.ended = self.gone = False
+        self.records = self.torn = self.skipped = 0
+        self._seconds: dict[bytes, int] = {}
+        self._checked = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.ended or self.gone
+
+    # -- reading -------------------------------------------------------------------------------------------
+    def _open(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd, self.ino = fd, os.fstat(fd).st_ino
+        self.at, self.buf = 0, b""
+        return True
+
+    def _restarted(self) -> bool:
+        """Whether the file was truncated or replaced since the last read: then read it from its start."""
+        try:
+            size = os.fstat(self.fd).st_size
+            replaced = os.stat(self.path).st_ino != self.ino
+        except OSError:
+            return False
+        if size >= self.at and not replaced:
+            return False
+        self.say(f"{self.path.name} was {'replaced' if replaced else 'truncated'}: reading it again from its start")
+        if replaced:
+            self._open()
+        self.at, self.buf, self.meta = 0, b"", None
+        self.ended = self.gone = False
+        return True
+
+    def poll(self, now: float) -> list[_Pending]:
+        """The records made whole since the last poll."""
+        if self.fd < 0 and not self._open():
+            return []
+        self._restarted()
+        data = os.pread(self.fd, READ_BYTES, self.at)
+        if self.meta is None or now - self._checked >= CHECK_S:
+            self._read_head(now)
+        if not data:
+            return []
+        whole = self.buf + data
+        base = self.at - len(self.buf)
+        out: list[bytes] = []
+        pos = 0
+        # Padding (NULs) with something after it was left by a writer that is gone: its start cut a record
+        # (torn) and its end starts a new line. Padding at the end is space being written: wait there.
+        while (nul := whole.find(b"\0", pos)) >= 0:
+            after = _NOT_NUL.search(whole, nul)
+            if after is None:
+                pos = self._records(whole, pos, nul, out)
+                self.at, self.buf = base + nul, whole[pos:nul]
+                break
+            self._records(whole, pos, nul, out, cut=True)
+            pos = after.start()
+        else:
+            pos = self._records(whole, pos, len(whole), out)
+            self.at, self.buf = base + len(whole), whole[pos:]
+        return self._pending(out, now)
+
+    def _records(self, data: bytes, pos: int, end: int, out: list[bytes], cut: bool = False) -> int:
+        """Append the whole records of data[pos:end] to `out`; returns where the first one not yet whole
+        starts (when `cut`, padding follows: what is left there is torn)."""
+        while (nl := data.find(b"\n", pos, end)) >= 0:
+            if self.kind == "jsonl" or not _START.match(data, pos):
+                self._take_line(data[pos : nl + 1], out)
+                pos = nl + 1
+                continue
+            stop, whole = _continued(data, nl + 1, end, fmt.declared_count(data[pos:nl]))
+            if whole is None:  # short of its count: wait for the rest
+                break
+            if whole:
+                out.append(data[pos:stop])
+            else:
+                self.torn += 1
+            pos = stop
+        if cut and pos < end:
+            self.torn += 1
+            return end
+        return pos
+
+    def _take_line(self, line: bytes, out: list[bytes]) -> None:
+        """A line that does not start a glog record: a JSON-lines record, a header line, or a stray line
+        (not part of any record, format 5)."""
+        if self.kind == "jsonl" and fmt.parse_json(line) is not None:
+            out.append(line)
+        elif line.strip(b"\r\n") and (self.kind == "jsonl" or not fmt.is_header_line(line)):
+            self.skipped += 1
+
+    def _read_head(self, now: float) -> None:
+        """The meta record (rank, host, pid, year, time zone) and its clock slots, which the rank rewrites
+        in place once measured."""
+        self._checked = now
+        meta = fmt.meta_of_head(os.pread(self.fd, HEAD_BYTES, 0))
+        if meta is not None:
+            self.meta = meta
+            self.clock = Clock.from_meta(meta)
+
+    def _pending(self, texts: list[bytes], now: float) -> list[_Pending]:
+        if not texts:
+            return []
+        objs = [fmt.parse_json(t) for t in texts] if self.kind == "jsonl" else None
+        raw = np.array(
+            [o.get(fmt.TS, 0) if isinstance(o.get(fmt.TS), int) else 0 for o in objs]
+            if objs is not None
+            else [self._epoch_us(t) for t in texts],
+            np.int64,
+        )
+        ts = self.clock.correct(raw).tolist()
+        out = []
+        for i, text in enumerate(texts):
+            t = ts[i]
+            if i or self.records or self.kind == "jsonl" and objs[0].get(fmt.EVENT) != fmt.META_EVENT:
+                # (not the meta record: it is stamped when the file is made, after the first record was)
+                self.slack = max(self.slack, self.frontier - t)
+                self.frontier = max(self.frontier, t)
+            if _END.search(text) or (objs is not None and _is_end(objs[i])):
+                self.ended = True
+            out.append(_Pending(t, self.order, 0, text, self, objs[i] if objs else None, now))
+        self.records += len(out)
+        return out
+
+    def _epoch_us(self, text: bytes) -> int:
+        """A glog stamp (the writer's local time, no year) as epoch µs: the year and zone from the meta record."""
+        second = text[1:14]
+        epoch = self._seconds.get(second)
+        if epoch is None:
+            created = str((self.meta or {}).get("created", "")) or time.strftime("%Y-%m")
+            year, month = int(created[:4]), int(created[5:7])
+            mm, dd = int(second[:2]), int(second[2:4])
+            hh, mi, ss = int(second[5:7]), int(second[8:10]), int(second[11:13])
+            epoch = calendar.timegm((year + (mm < month), mm, dd, hh, mi, ss))
+            epoch -= int((self.meta or {}).get("utc_offset_s") or time.localtime().tm_gmtoff)
+            self._seconds[second] = epoch
+        return epoch * 1_000_000 + int(text[15:21])
+
+    # -- liveness ------------------------------------------------------------------------------------------
+    def check_process(self) -> bool:
+        """Whether the rank's process has just been found gone (its pid on this host no longer runs); what it
+        left is read by the caller."""
+        if self.done or self.meta is None or self.meta.get("host") != _HOST:
+            return False
+        pid = self.meta.get("pid")
+        if type(pid) is not int or _alive(pid):
+            return False
+        self.gone = True
+        return True
+
+    def finish(self) -> None:
+        """No more is coming: a record left unfinished is torn."""
+        if self.buf:
+            self.torn += 1
+            self.buf = b""
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _continued(data: bytes, stop: int, end: int, count: int) -> tuple[int, bool | None]:
+    """Where a record's `count` continuation lines, from `stop`, end, and whether the record is whole:
+    None while a line is still missing, False when a record starts before the count is complete (a crash
+    cut it: it is torn, and the next record starts at the position returned)."""
+    for _ in range(count):
+        more = data.find(b"\n", stop, end)
+        if more < 0:
+            return stop, None
+        if _START.match(data, stop):
+            return stop, False
+        stop = more + 1
+    return stop, True
+
+
+def _is_end(obj: dict | None) -> bool:
+    return bool(obj) and obj.get(fmt.EVENT) == fmt.END_RECORD and obj.get(fmt.FILE) == fmt.OWN_FILE
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid runs (a zombie does not: it has exited and waits for its parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+
+
+class Follow:
+    """The live merge of one run directory: `step()` reads and releases; `run()` until the job has ended."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        write: Callable[[bytes], None],
+        select: _filters.Select,
+        *,
+        jsonl: bool = False,
+        delay_s: float = 1.0,
+        idle_s: float = 300.0,
+        stop: Callable[[], bool] | None = None,
+        say: Say,
+    ) -> None:
+        self.run_dir, self.write, self.select, self.jsonl = run_dir, write, select, jsonl
+        self.delay_s, self.idle_s, self.stop, self.say = delay_s, idle_s, stop, say
+        self.tails: dict[str, _Tail] = {}
+        self.heap: list[_Pending] = []
+        self.seq = itertools.count()
+        self.arrivals: deque[tuple[float, int]] = deque()  # (when read, newest time read then)
+        self.due = -(1 << 62)  # records up to this time have waited long enough
+        self.last_ts: int | None = None
+        self.written = self.late = self.filtered = 0
+        self.zone: int | None = None
+        self.world = 0
+        self._looked = -CHECK_S
+        self._last_news = time.monotonic()
+        self._all_done_at: float | None = None
+        self.reason = ""
+
+    # -- one poll ----------------------------------------------------------------------------------------
+    def step(self, now: float, final: bool = False) -> None:
+        """Read what every file gained, and release what is due (everything, when `final`)."""
+        look = final or now - self._looked >= CHECK_S
+        if look:
+            self._looked = now
+            self._find_files()
+        for tail in self.tails.values():
+            self._read(tail, now, to_end=final)
+            if look and tail.check_process():
+                self._read(tail, now, to_end=True)  # everything it wrote is on disk now
+                tail.finish()
+                self._say_gone(tail)
+            elif final:
+                tail.finish()
+            if tail.meta is not None:
+                self.world = max(self.world, int(tail.meta.get("world_size") or 0))
+        self._release(now, final)
+
+    def _read(self, tail: _Tail, now: float, to_end: bool) -> None:
+        """Queue the records the file gained: one bite, or all of it (`to_end`)."""
+        while got := tail.poll(now):
+            for pending in got:
+                pending.seq = next(self.seq)
+                heapq.heappush(self.heap, pending)
+            self.arrivals.append((now, max(p.ts for p in got)))
+            self._last_news = now
+            if not to_end:
+                break
+
+    def _say_gone(self, tail: _Tail) -> None:
+        if not tail.ended:
+            self.say(
+                f"rank {tail.rank} (pid {tail.meta.get('pid')}) is gone without its end record (killed?); "
+                f"its {plural(tail.records, 'record')} so far are shown"
+            )
+
+    def _find_files(self) -> None:
+        try:
+            names = [p for p in self.run_dir.iterdir() if _RANK_FILE.match(p.name)]
+        except OSError:
+            return
+        for path in sorted(names, key=lambda p: p.name):
+            if path.name not in self.tails:
+                self.tails[path.name] = _Tail(path, self.say)
+
+    def _horizon(self) -> int:
+        """Records up to this time can go: every live rank has written past it (ranks not seen yet, and
+        ranks whose head is not read yet, hold everything until the delay)."""
+        live = [t.frontier - t.slack for t in self.tails.values() if not t.done]
+        seen = {t.rank for t in self.tails.values()}
+        if not self.tails or len(seen) < self.world or any(t.meta is None for t in self.tails.values()):
+            return -(1 << 62)
+        return min(live) if live else 1 << 62
+
+    def _release(self, now: float, final: bool) -> None:
+        while self.arrivals and now - self.arrivals[0][0] >= self.delay_s:
+            self.due = max(self.due, self.arrivals.popleft()[1])
+        cut = (1 << 62) if final else max(self._horizon(), self.due)
+        out = []
+        while self.heap and self.heap[0].ts <= cut:
+            out.append(self._text(heapq.heappop(self.heap)))
+        if any(out):
+            self.write(b"".join(out))
+
+    def _text(self, p: _Pending) -> bytes:
+        """A released record as output text ('' when a filter drops it)."""
+        if self.zone is None:
+            self.zone = int((p.tail.meta or {}).get("utc_offset_s") or time.localtime().tm_gmtoff)
+            self.select.prepare(p.ts, self.zone)
+        late = 0 if self.last_ts is None or p.ts >= self.last_ts else self.last_ts - p.ts
+        text = self._glog_text(p)
+
+        def record() -> Record:
+            return from_json(p.obj, p.ts, p.tail.rank) if p.obj is not None else from_glog(p.text, p.ts, p.tail.rank)
+
+        if not self.select.keeps(p.tail.rank, p.ts, text, record):
+            self.filtered += 1
+            return b""
+        self.written += 1
+        self.last_ts = max(self.last_ts or p.ts, p.ts)
+        if late:
+            self.late += 1
+        if self.jsonl:
+            obj = record().as_json((p.tail.meta or {}).get("world_size"))
+            if late:
+                obj[LATE_FIELD] = late
+            return fmt.json_record(obj)
+        return _marked(text, late) if late else text
+
+    def _glog_text(self, p: _Pending) -> bytes:
+        """The record's glog text with its clock-corrected time, in the output's time zone."""
+        seconds, micros = divmod(p.ts + self.zone * 1_000_000, 1_000_000)
+        stamp = time.strftime("%m%d %H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}"
+        if p.obj is not None:
+            return fmt.json_to_glog(p.obj, p.tail.rank, stamp).encode()
+        return p.text[:1] + stamp.encode() + p.text[21:]
+
+    # -- the loop ------------------------------------------------------------------------------------------
+    def ended(self, now: float) -> bool:
+        """Whether the job has ended; sets `reason`."""
+        if self.stop is not None and self.stop():
+            self.reason = "the job exited"
+            return True
+        if now - self._last_news >= self.idle_s:
+            self.reason = f"no rank wrote for {self.idle_s:g} s"
+            return True
+        tails = list(self.tails.values())
+        if not tails or not all(t.done for t in tails):
+            self._all_done_at = None
+            return False
+        if len({t.rank for t in tails}) < self.world:  # a rank yet to write its first record?
+            self._all_done_at = self._all_done_at or now
+            if now - self._all_done_at < self.delay_s + CHECK_S:
+                return False
+        gone = [t.rank for t in tails if t.gone and not t.ended]
+        self.reason = "every rank ended" + (f" ({ranks_text(gone)} without its end record)" if gone else "")
+        return True
+
+    def run(self) -> None:
+        while True:
+            now = time.monotonic()
+            if self.ended(now):
+                self.step(now, final=True)
+                return
+            self.step(now)
+            time.sleep(POLL_S)
+
+    def close(self) -> None:
+        for tail in self.tails.values():
+            tail.close()
+
+    def summary(self) -> str:
+        counts = {t.rank: 0 for t in self.tails.values()}
+        for tail in self.tails.values():
+            counts[tail.rank] += tail.records
+        by_count: dict[int, list[int]] = {}
+        for rank, n in sorted(counts.items()):
+            by_count.setdefault(n, []).append(rank)
+        per_rank = "; ".join(f"{ranks_text(ranks)}: {n:,}" for n, ranks in by_count.items())
+        parts = [f"{plural(self.written, 'record')} from {plural(len(self.tails), 'file')} ({per_rank or 'none'})"]
+        if self.filtered:
+            parts.append(f"{self.filtered:,} filtered out")
+        torn = sum(t.torn for t in self.tails.values())
+        skipped = sum(t.skipped for t in self.tails.values())
+        if torn:
+            parts.append(f"{plural(torn, 'torn record')} skipped")
+        if skipped:
+            parts.append(f"{plural(skipped, 'stray line')} skipped")
+        if self.late:
+            parts.append(f"{plural(self.late, 'record')} printed late (marked {LATE_FIELD}=N)")
+        return "; ".join(parts)
+
+
+def _marked(text: bytes, late_us: int) -> bytes:
+    """A record with the field `late_us=N` added as its last field (before a `+lines` count): a plain
+    message never ends in a field (format 2.4), so the record reads back as the same record plus that field."""
+    first, nl, rest = text.partition(b"\n")
+    count_at = first.rfind(fmt.COUNT_TEXT.encode()) if fmt.declared_count(first) else len(first)
+    return first[:count_at] + f" {LATE_FIELD}={late_us}".encode() + first[count_at:] + nl + rest
+
+
+# -- the command ---------------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="print the timeline of a running job as it grows (PATH: its run directory, a log root or latest)",
+    )
+    parser.add_argument(
+        "--delay",
+        metavar="S",
+        type=_seconds,
+        default=1.0,
+        help="with --follow: print a record at the latest S seconds after it was read (default 1)",
+    )
+    parser.add_argument(
+        "--idle",
+        metavar="S",
+        type=_seconds,
+        default=300.0,
+        help="with --follow: stop when no rank wrote for S seconds (default 300)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds")
+    return value
+
+
+def resolve_run(path: str) -> Path:
+    """The run directory PATH names: itself, a log root's `latest` run, or (`latest`) the default log root's."""
+    given = Path(path)
+    if path == "latest" and not given.exists():
+        from ...logger import log_dir
+
+        given = log_dir() / "latest"
+    if not given.is_dir():
+        raise InputError(
+            f"{path}: {'not a directory' if given.exists() else 'no such directory'} (--follow reads a run directory)"
+        )
+    if (given / "latest").is_dir() and not any(_RANK_FILE.match(p.name) for p in given.iterdir()):
+        return (given / "latest").resolve()
+    return given.resolve()
+
+
+def run(args: argparse.Namespace, stop: Callable[[], bool] | None = None) -> int:
+    """`merge --follow`: until the job ends (0) or Ctrl-C (130)."""
+    if len(args.paths) != 1:
+        raise InputError(f"--follow reads one run directory, not {len(args.paths)} paths")
+    if args.rank_of:
+        raise InputError("--rank-of is for foreign files; --follow reads a run's rank files")
+    run_dir = resolve_run(args.paths[0])
+    select = _filters.Select(args)
+
+    def say(text: str) -> None:
+        print(f"distvlog merge: {text}", file=sys.stderr, flush=True)
+
+    say(f"following {run_dir}")
+    with _Output(args.output, run_dir, header=args.format == "text") as out:
+        follow = Follow(
+            run_dir,
+            out.write,
+            select,
+            jsonl=args.format == "jsonl",
+            delay_s=args.delay,
+            idle_s=args.idle,
+            stop=stop,
+            say=say,
+        )
+        try:
+            follow.run()
+        except KeyboardInterrupt:
+            say(f"interrupted; {follow.summary()}")
+            return 130
+        finally:
+            follow.close()
+    say(f"{follow.reason}; {follow.summary()}")
+    return 0
+
+
+class _Output:
+    """Where follow writes: standard output or a file written as it grows; for glog text, a header first
+    (so that tools read it back as a merged timeline) unless a person watches a terminal."""
+
+    def __init__(self, path: str | None, run_dir: Path, header: bool) -> None:
+        self.path, self.run_dir, self.header = path, run_dir, header
+        self.fd = -1
+
+    def __enter__(self) -> _Output:
+        if self.path in (None, "-"):
+            sys.stdout.flush()
+            self.fd = sys.stdout.fileno()
+        else:
+            try:
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise InputError(f"-o {self.path}: cannot write there ({exc.strerror})") from None
+        if self.header and not os.isatty(self.fd):
+            self._header()
+        return self
+
+    def _header(self) -> None:
+        created = time.strftime("%Y/%m/%d %H:%M:%S")
+        what = f"follow of {self.run_dir}, clocks corrected to rank 0"
+        self.write(
+            f"{fmt.HEADER_CREATED}{created}\n{fmt.HEADER_MACHINE}{_HOST}\n{fmt.MERGED_MARK} {what}\n"
+            f"{fmt.HEADER_FORMAT}\n".encode()
+        )
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path not in (None, "-"):
+            os.close(self.fd)
