@@ -6,7 +6,8 @@ If this Python's mpi4py would load another MPI's libmpi than the launcher's (the
 Open MPI's mpirun), the ranks get MPI4PY_LIBMPI pointing at the launcher's own, or the command says why not.
 Ranks run under `distvlog.launch.run`, so an exception in one aborts the job instead of hanging it. Whatever
 happened, the run's files are merged into `timeline.log` and the command says where everything is and,
-when a rank failed, which one and why.
+when a rank failed, which one and why. With `--follow` the merged timeline is shown live while the job runs
+(`distvlog merge --follow`), and the ranks' own output goes to a file in the run directory instead.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import distvlog
@@ -31,6 +33,7 @@ from . import report
 # The libmpi soname of each launcher kind's MPI, and the MPI's name in messages.
 _LIBMPI = {"openmpi": ("libmpi.so.40", "Open MPI"), "hydra": ("libmpi.so.12", "MPICH")}
 # Asks mpi4py which MPI library it loads, without initialising MPI.
+OUTPUT_NAME = "output.txt"  # with --follow, in the run directory: what the ranks print
 _PROBE = "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version())"
 
 
@@ -174,8 +177,27 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     started = time.time()
-    code = _wait(subprocess.Popen(cmd, env={**os.environ, **env}))
-    return report.after_run(root / run_id, args.n, code, started)
+    if not args.follow:
+        code = _wait(subprocess.Popen(cmd, env={**os.environ, **env}))
+        return report.after_run(root / run_id, args.n, code, started)
+    run_dir = root / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    output = run_dir / OUTPUT_NAME
+    print(f"distvlog launch: the ranks' stdout and stderr go to {output}", file=sys.stderr, flush=True)
+    with open(output, "wb") as out:
+        proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+    code = _wait(proc, lambda: _follow(run_dir, proc))
+    print(f"distvlog launch: the ranks' output: {output}", file=sys.stderr, flush=True)
+    return report.after_run(run_dir, args.n, code, started)
+
+
+def _follow(run_dir: Path, proc: subprocess.Popen) -> None:
+    """`distvlog merge --follow RUN_DIR` until the job has exited (whatever the ranks' logs say)."""
+    from ..cli import build_parser
+    from ..tools.merge import follow
+
+    args = build_parser().parse_args(["merge", "--follow", str(run_dir), "--idle", "inf"])
+    follow(args, stop=lambda: proc.poll() is not None)
 
 
 def _check_writable(root: Path, given: str | None) -> None:
@@ -191,8 +213,8 @@ def _check_writable(root: Path, given: str | None) -> None:
         raise InputError(f"{'--log-dir ' + given if given else 'log directory ' + str(root)}: {reason}")
 
 
-def _wait(proc: subprocess.Popen) -> int:
-    """The launcher's exit code (128+N after signal N). A SIGTERM, or a SIGINT that did not come from our
+def _wait(proc: subprocess.Popen, watch: Callable[[], None] | None = None) -> int:
+    """The launcher's exit code (128+N after signal N), after `watch()` (which returns once the job exited). A SIGTERM, or a SIGINT that did not come from our
     terminal (a Ctrl-C typed there reaches the launcher itself), is passed on to the launcher, which passes
     it to the ranks; then we wait for them, so that their logs are complete before the merge. A second
     signal kills the launcher. A SIGINT ignored by whoever started us (`cmd &`) stays ignored."""
@@ -215,6 +237,8 @@ def _wait(proc: subprocess.Popen) -> int:
     handled = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN]
     previous = {signum: signal.signal(signum, forward) for signum in handled}
     try:
+        if watch is not None:
+            watch()
         code = proc.wait()
     finally:
         for signum, handler in previous.items():
@@ -250,6 +274,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--log-dir", help="log root (default: $DISTVLOG_LOG_DIR or ./distvlog_logs)")
     p.add_argument("--hostfile", help="hosts to run on (passed to the launcher as -f / --hostfile)")
     p.add_argument("--mpirun", help="the MPI launcher (default: the one next to this Python, else PATH's)")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help=f"show the merged timeline live while the job runs; the ranks' own output goes to {OUTPUT_NAME} "
+        "in the run directory",
+    )
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(run=run)

@@ -16,6 +16,7 @@ from ...wording import per_rank, plural
 from ..output import output
 from ..read import PAD, Arena, Source, add_input_arguments, after_reading, open_inputs, skipped_text, total, warner
 from . import _filters, _follow
+from ._follow import follow
 from ._kway import KWayMerge
 from ._writers import JsonWriter, Writer, text_header
 
@@ -25,6 +26,7 @@ READ_THREADS = 2  # parse two inputs' next blocks at once (see _kway)
 # of the next), so an input's block is this budget shared out, within the bounds below.
 BLOCKS_BUDGET = 32 << 20
 MIN_BLOCK, MAX_BLOCK = 32 << 10, 4 << 20
+__all__ = ["follow", "register", "run", "summary"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -89,7 +91,7 @@ def _arena(sources: list[Source]) -> Arena:
 
 def run(args: argparse.Namespace) -> int:
     if args.follow:
-        return _follow.run(args)
+        return follow(args)
     select = _filters.Select(args)
     warn = warner("merge")
     sources = open_inputs(args, warn)

@@ -522,8 +522,8 @@ def resolve_run(path: str) -> Path:
     return given.resolve()
 
 
-def run(args: argparse.Namespace, stop: Callable[[], bool] | None = None) -> int:
-    """`merge --follow`: until the job ends (0) or Ctrl-C (130)."""
+def follow(args: argparse.Namespace, stop: Callable[[], bool] | None = None) -> int:
+    """`merge --follow` (args: merge's), until the job ends (0; also once `stop()` is true) or Ctrl-C (130)."""
     if len(args.paths) != 1:
         raise InputError(f"--follow reads one run directory, not {len(args.paths)} paths")
     if args.rank_of:
