@@ -336,3 +336,28 @@ def test_a_path_that_is_not_a_directory_is_refused(cli, tmp_path):
         err.strip()
         == f"distvlog merge: error: {tmp_path / 'nowhere'}: no such directory (--follow reads a run directory)"
     )
+
+
+def test_padding_longer_than_a_read_with_records_after_it_is_skipped(tmp_path):
+    """A writer that reserved 1 MB and died mid-record, then records after the padding (a file written on
+    after a crash): the records on both sides are printed, the cut one counted as torn, none printed torn."""
+    run = tmp_path / "logs" / "live"
+    run.mkdir(parents=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    meta = fmt.make_meta(
+        rank=0, world_size=1, host=os.uname().nodename, pid=gone.pid, tid=1, run_id="live", fmt="glog", created_us=T0
+    )
+    cut = _record(0, T0 + 2000, "cut\n  short\n  of its lines", i=2)
+    data = (
+        fmt.GlogWriter().header(meta)
+        + _record(0, T0 + 1000, "before", i=1)
+        + cut[: cut.index(b"\n") + 3]
+        + b"\0" * (1 << 20)
+        + _record(0, T0 + 3000, "after", i=3)
+    )
+    (run / "rank-0.log").write_bytes(data)
+    code, err = finish(start_follow(tmp_path, "logs/live", "-o", "out.log"))
+    assert code == 0, err
+    assert [r[1:3] for r in records(tmp_path / "out.log") if r[2] is not None] == [("before", 1), ("after", 3)]
+    assert "1 torn record skipped" in err

@@ -41,7 +41,9 @@ from . import _filters
 
 LATE_FIELD = "late_us"
 POLL_S = 0.1
-READ_BYTES = 1 << 20  # read at most this much of one file per poll: memory stays bounded by the reading
+READ_BYTES = 256 << 10  # read at most this much of a file per poll: memory is a bite per file, whatever the backlog
+PADDING_BITES = 64  # how much padding one check scans for data after it (bites)
+NEVER, ALWAYS = -(1 << 62), 1 << 62  # times before and after any record
 HEAD_BYTES = 64 << 10  # the header and meta record are in the first bytes
 CHECK_S = 1.0  # how often to look for new files, re-read clock slots and ask whether a rank's pid lives
 _START = re.compile(rb"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} ")  # a line that starts a record (2.2)
@@ -78,12 +80,13 @@ class _Tail:
         self.meta: dict | None = None
         self.kind = "jsonl" if path.suffix == ".jsonl" else "glog"
         self.clock = Clock()
-        self.frontier = -(1 << 62)  # the newest time read from this file
+        self.frontier = NEVER  # the newest time read from this file
+        self.caught_up = False  # the last poll read to the end of the file
         self.slack = 0  # how far back a record has gone behind the frontier
         self.ended = self.gone = False
         self.records = self.torn = self.skipped = 0
         self._seconds: dict[bytes, int] = {}
-        self._checked = 0.0
+        self._checked = self._padding_checked = 0.0
 
     @property
     def done(self) -> bool:
@@ -120,31 +123,59 @@ class _Tail:
     def poll(self, now: float) -> list[_Pending]:
         """The records made whole since the last poll."""
         if self.fd < 0 and not self._open():
+            self.caught_up = True
             return []
         self._restarted()
         data = os.pread(self.fd, READ_BYTES, self.at)
+        full = len(data) == READ_BYTES
         if self.meta is None or now - self._checked >= CHECK_S:
             self._read_head(now)
         if not data:
+            self.caught_up = True
             return []
         whole = self.buf + data
         base = self.at - len(self.buf)
         out: list[bytes] = []
         pos = 0
-        # Padding (NULs) with something after it was left by a writer that is gone: its start cut a record
-        # (torn) and its end starts a new line. Padding at the end is space being written: wait there.
+        # Padding (NULs) followed by data was left by a writer that is gone: its start cut a record (torn),
+        # its end starts a new line. Padding to the end of the file is space being written: wait there.
         while (nul := whole.find(b"\0", pos)) >= 0:
             after = _NOT_NUL.search(whole, nul)
-            if after is None:
+            resume = base + after.start() if after else self._past_padding(base + len(whole), now) if full else None
+            if resume is None:
                 pos = self._records(whole, pos, nul, out)
-                self.at, self.buf = base + nul, whole[pos:nul]
+                self.at, self.buf, self.caught_up = base + nul, whole[pos:nul], True
                 break
             self._records(whole, pos, nul, out, cut=True)
+            if after is None:  # (the data is beyond this bite)
+                self.at, self.buf, self.caught_up = resume, b"", False
+                break
             pos = after.start()
         else:
             pos = self._records(whole, pos, len(whole), out)
-            self.at, self.buf = base + len(whole), whole[pos:]
+            self.at, self.buf, self.caught_up = base + len(whole), whole[pos:], not full
         return self._pending(out, now)
+
+    def _past_padding(self, start: int, now: float) -> int | None:
+        """Where data follows a run of padding longer than a bite, None if padding runs to the end of the file.
+        Holes are skipped (SEEK_DATA); padding written as NULs is scanned, a bounded stretch per check."""
+        if now - self._padding_checked < CHECK_S:
+            return None
+        self._padding_checked = now
+        at = start
+        for _ in range(PADDING_BITES):
+            try:
+                at = os.lseek(self.fd, at, os.SEEK_DATA)
+            except OSError:  # no data past `at`
+                return None
+            chunk = os.pread(self.fd, READ_BYTES, at)
+            if not chunk:
+                return None
+            found = _NOT_NUL.search(chunk)
+            if found:
+                return at + found.start()
+            at += len(chunk)
+        return None
 
     def _records(self, data: bytes, pos: int, end: int, out: list[bytes], cut: bool = False) -> int:
         """Append the whole records of data[pos:end] to `out`; returns where the first one not yet whole
@@ -300,7 +331,7 @@ class Follow:
         self.heap: list[_Pending] = []
         self.seq = itertools.count()
         self.arrivals: deque[tuple[float, int]] = deque()  # (when read, newest time read then)
-        self.due = -(1 << 62)  # records up to this time have waited long enough
+        self.due = NEVER  # records up to this time have waited long enough
         self.last_ts: int | None = None
         self.written = self.late = self.filtered = 0
         self.zone: int | None = None
@@ -311,41 +342,45 @@ class Follow:
         self.reason = ""
 
     # -- one poll ----------------------------------------------------------------------------------------
-    def step(self, now: float, final: bool = False) -> None:
-        """Read what every file gained, and release what is due (everything, when `final`)."""
-        look = final or now - self._looked >= CHECK_S
+    def step(self, now: float) -> None:
+        """Read a bite of what every file gained, and release what is due."""
+        look = now - self._looked >= CHECK_S
         if look:
             self._looked = now
             self._find_files()
         for tail in self.tails.values():
-            self._read(tail, now, to_end=final)
+            self._read(tail, now)
             if look and tail.check_process():
-                self._read(tail, now, to_end=True)  # everything it wrote is on disk now
-                tail.finish()
-                self._say_gone(tail)
-            elif final:
-                tail.finish()
-            if tail.meta is not None:
-                self.world = max(self.world, int(tail.meta.get("world_size") or 0))
-        self._release(now, final)
+                self.say(f"rank {tail.rank} (pid {tail.meta.get('pid')}) is gone without its end record (killed?)")
+        self._release(self._cut(now))
 
-    def _read(self, tail: _Tail, now: float, to_end: bool) -> None:
-        """Queue the records the file gained: one bite, or all of it (`to_end`)."""
-        while got := tail.poll(now):
-            for pending in got:
-                pending.seq = next(self.seq)
-                heapq.heappush(self.heap, pending)
+    def drain(self, now: float) -> None:
+        """The job has ended: read every file to its end, releasing in order as the files are read."""
+        self._find_files()
+        while True:
+            for tail in self.tails.values():
+                if not tail.caught_up:
+                    self._read(tail, now)
+            behind = [t.frontier - t.slack for t in self.tails.values() if not t.caught_up]
+            self._release(min(behind) if behind else ALWAYS)
+            if not behind:
+                break
+        for tail in self.tails.values():
+            tail.finish()
+
+    def _read(self, tail: _Tail, now: float) -> None:
+        """Queue the records the file gained (one bite of it)."""
+        got = tail.poll(now)
+        for pending in got:
+            pending.seq = next(self.seq)
+            heapq.heappush(self.heap, pending)
+        if got:
             self.arrivals.append((now, max(p.ts for p in got)))
             self._last_news = now
-            if not to_end:
-                break
-
-    def _say_gone(self, tail: _Tail) -> None:
-        if not tail.ended:
-            self.say(
-                f"rank {tail.rank} (pid {tail.meta.get('pid')}) is gone without its end record (killed?); "
-                f"its {plural(tail.records, 'record')} so far are shown"
-            )
+        if tail.meta is not None:
+            self.world = max(self.world, int(tail.meta.get("world_size") or 0))
+        if tail.done and tail.caught_up:
+            tail.finish()
 
     def _find_files(self) -> None:
         try:
@@ -356,19 +391,21 @@ class Follow:
             if path.name not in self.tails:
                 self.tails[path.name] = _Tail(path, self.say)
 
-    def _horizon(self) -> int:
-        """Records up to this time can go: every live rank has written past it (ranks not seen yet, and
-        ranks whose head is not read yet, hold everything until the delay)."""
-        live = [t.frontier - t.slack for t in self.tails.values() if not t.done]
-        seen = {t.rank for t in self.tails.values()}
-        if not self.tails or len(seen) < self.world or any(t.meta is None for t in self.tails.values()):
-            return -(1 << 62)
-        return min(live) if live else 1 << 62
-
-    def _release(self, now: float, final: bool) -> None:
+    def _cut(self, now: float) -> int:
+        """Records up to this time can go. A file not read to its end holds back what it may still hold
+        (never overtaken: following a long backlog stays in order). A live rank read to its end holds back
+        what it has not written past, until the delay; so do ranks not seen yet, and files whose meta record
+        is not read yet (their time zone, year and clock are unknown)."""
         while self.arrivals and now - self.arrivals[0][0] >= self.delay_s:
             self.due = max(self.due, self.arrivals.popleft()[1])
-        cut = (1 << 62) if final else max(self._horizon(), self.due)
+        tails = self.tails.values()
+        behind = [t.frontier - t.slack for t in tails if not t.caught_up]
+        live = [t.frontier - t.slack for t in tails if t.caught_up and not t.done]
+        unknown = not tails or len({t.rank for t in tails}) < self.world or any(t.meta is None for t in tails)
+        cut = max(NEVER if unknown else min(live, default=ALWAYS), self.due)
+        return min(cut, *behind) if behind else cut
+
+    def _release(self, cut: int) -> None:
         out = []
         while self.heap and self.heap[0].ts <= cut:
             out.append(self._text(heapq.heappop(self.heap)))
@@ -418,7 +455,7 @@ class Follow:
             self.reason = f"no rank wrote for {self.idle_s:g} s"
             return True
         tails = list(self.tails.values())
-        if not tails or not all(t.done for t in tails):
+        if not tails or not all(t.done and t.caught_up for t in tails):
             self._all_done_at = None
             return False
         if len({t.rank for t in tails}) < self.world:  # a rank yet to write its first record?
@@ -433,7 +470,7 @@ class Follow:
         while True:
             now = time.monotonic()
             if self.ended(now):
-                self.step(now, final=True)
+                self.drain(now)
                 return
             self.step(now)
             time.sleep(POLL_S)
