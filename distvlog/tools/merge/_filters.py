@@ -129,23 +129,6 @@ class Select:
             mask &= self._decoded(block, _V_HINT, lambda r: self._v_ok(r.v or 0), self._v_ok(0))
         return np.flatnonzero(mask)
 
-    def keeps(self, rank: int, ts: int, text: bytes, record: Callable[[], Record]) -> bool:
-        """The same tests for one record as it arrives (`merge --follow`): its glog text, and its decoded
-        form from `record()`, called only when a test needs it."""
-        if self.ranks is not None and rank not in self.ranks:
-            return False
-        if LEVEL[text[0]] < self.min_level:
-            return False
-        if (self.since is not None and ts < self.since) or (self.until is not None and ts > self.until):
-            return False
-        if self.grep is not None and not self.grep.search(text):
-            return False
-        if self.node is not None and not (_NODE_HINT.search(text) and self._node_ok(record())):
-            return False
-        if self.min_v is not None or self.max_v is not None:
-            return self._v_ok(record().v or 0) if _V_HINT.search(text) else self._v_ok(0)
-        return True
-
     @staticmethod
     def _decoded(block: Block, hint: re.Pattern[bytes], test: Callable[[Record], bool], default: bool) -> np.ndarray:
         """`test` on the decoded records whose text the hint regex finds; `default` for all others."""

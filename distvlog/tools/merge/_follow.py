@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import calendar
-import heapq
-import itertools
 import os
 import re
 import socket
@@ -28,7 +26,6 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +33,7 @@ import numpy as np
 from ... import format as fmt
 from ...errors import InputError
 from ...wording import plural, ranks_text
-from ..read import Clock, Record, from_glog, from_json
+from ..read import Clock, Record, from_glog, from_json, restamp
 from . import _filters
 
 LATE_FIELD = "late_us"
@@ -51,18 +48,8 @@ _END = fmt.own_record_pattern(fmt.END_RECORD)
 _RANK_FILE = re.compile(rf"^{fmt.RANK_FILE_NAME.pattern}$")
 _NOT_NUL = re.compile(rb"[^\0]")
 _HOST = socket.gethostname()
+_NO_STAMP = "0101 00:00:00.000000"  # (a JSON-lines record's glog text, until it is stamped at its release)
 Say = Callable[[str], None]
-
-
-@dataclass(order=True)
-class _Pending:
-    ts: int
-    order: tuple  # (rank, file name): ties in rank order
-    seq: int  # then file order
-    text: bytes = field(compare=False)  # glog text, as in the rank's file
-    tail: _Tail = field(compare=False)
-    obj: dict | None = field(default=None, compare=False)  # a JSON-lines record's object
-    arrived: float = field(default=0.0, compare=False)
 
 
 class _Tail:
@@ -85,6 +72,11 @@ class _Tail:
         self.slack = 0  # how far back a record has gone behind the frontier
         self.ended = self.gone = False
         self.records = self.torn = self.skipped = 0
+        # Records read, not yet released: their time, glog text (JSON lines turned into it) and, for JSON
+        # lines, the object (decoded as it was written).
+        self.queue_ts: list[int] = []
+        self.queue_text: list[bytes] = []
+        self.queue_obj: list[dict] = []
         self._seconds: dict[bytes, int] = {}
         self._checked = self._padding_checked = 0.0
 
@@ -120,11 +112,11 @@ class _Tail:
         self.ended = self.gone = False
         return True
 
-    def poll(self, now: float) -> list[_Pending]:
-        """The records made whole since the last poll."""
+    def poll(self, now: float) -> int | None:
+        """Queue the records made whole since the last poll; the newest time among them (None: none)."""
         if self.fd < 0 and not self._open():
             self.caught_up = True
-            return []
+            return None
         self._restarted()
         data = os.pread(self.fd, READ_BYTES, self.at)
         full = len(data) == READ_BYTES
@@ -132,7 +124,7 @@ class _Tail:
             self._read_head(now)
         if not data:
             self.caught_up = True
-            return []
+            return None
         whole = self.buf + data
         base = self.at - len(self.buf)
         out: list[bytes] = []
@@ -154,7 +146,7 @@ class _Tail:
         else:
             pos = self._records(whole, pos, len(whole), out)
             self.at, self.buf, self.caught_up = base + len(whole), whole[pos:], not full
-        return self._pending(out, now)
+        return self._queue(out)
 
     def _past_padding(self, start: int, now: float) -> int | None:
         """Where data follows a run of padding longer than a bite, None if padding runs to the end of the file.
@@ -215,28 +207,49 @@ class _Tail:
             self.meta = meta
             self.clock = Clock.from_meta(meta)
 
-    def _pending(self, texts: list[bytes], now: float) -> list[_Pending]:
+    def _queue(self, texts: list[bytes]) -> int | None:
         if not texts:
-            return []
-        objs = [fmt.parse_json(t) for t in texts] if self.kind == "jsonl" else None
-        raw = np.array(
-            [o.get(fmt.TS, 0) if isinstance(o.get(fmt.TS), int) else 0 for o in objs]
-            if objs is not None
-            else [self._epoch_us(t) for t in texts],
-            np.int64,
+            return None
+        if self.kind == "jsonl":
+            objs = [fmt.parse_json(t) for t in texts]
+            raw = [o.get(fmt.TS) if type(o.get(fmt.TS)) is int else 0 for o in objs]
+            texts = [fmt.json_to_glog(o, self.rank, _NO_STAMP).encode() for o in objs]
+            self.queue_obj += objs
+        else:
+            raw = [self._epoch_us(t) for t in texts]
+        ts = self.clock.correct(np.array(raw, np.int64))
+        # The meta record is stamped when the file is made, after the first record was: it does not count.
+        counted = ts[1:] if not self.records and fmt.META_EVENT.encode() in texts[0][:200] else ts
+        if len(counted):
+            running = np.maximum.accumulate(np.append(self.frontier, counted))
+            self.slack = max(self.slack, int((running[1:] - counted).max()))
+            self.frontier = int(running[-1])
+        if _END.search(b"".join(texts)):
+            self.ended = True
+        self.queue_ts += ts.tolist()
+        self.queue_text += texts
+        self.records += len(texts)
+        return int(ts.max())
+
+    def take(self, cut: int) -> tuple[np.ndarray, np.ndarray, list[bytes], list[dict]]:
+        """The queued records up to time `cut`: their times, places in the file's queue, texts, objects."""
+        ts = np.array(self.queue_ts, np.int64)
+        taken = ts <= cut
+        if taken.all():
+            out = (ts, np.arange(len(ts)), self.queue_text, self.queue_obj)
+            self.queue_ts, self.queue_text, self.queue_obj = [], [], []
+            return out
+        picked, left = np.flatnonzero(taken).tolist(), np.flatnonzero(~taken).tolist()
+        texts, objs = self.queue_text, self.queue_obj
+        out = (
+            ts[picked],
+            np.array(picked, np.int64),
+            [texts[i] for i in picked],
+            [objs[i] for i in picked] if objs else [],
         )
-        ts = self.clock.correct(raw).tolist()
-        out = []
-        for i, text in enumerate(texts):
-            t = ts[i]
-            if i or self.records or self.kind == "jsonl" and objs[0].get(fmt.EVENT) != fmt.META_EVENT:
-                # (not the meta record: it is stamped when the file is made, after the first record was)
-                self.slack = max(self.slack, self.frontier - t)
-                self.frontier = max(self.frontier, t)
-            if _END.search(text) or (objs is not None and _is_end(objs[i])):
-                self.ended = True
-            out.append(_Pending(t, self.order, 0, text, self, objs[i] if objs else None, now))
-        self.records += len(out)
+        self.queue_ts = ts[left].tolist()
+        self.queue_text = [texts[i] for i in left]
+        self.queue_obj = [objs[i] for i in left] if objs else []
         return out
 
     def _epoch_us(self, text: bytes) -> int:
@@ -328,8 +341,6 @@ class Follow:
         self.run_dir, self.write, self.select, self.jsonl = run_dir, write, select, jsonl
         self.delay_s, self.idle_s, self.stop, self.say = delay_s, idle_s, stop, say
         self.tails: dict[str, _Tail] = {}
-        self.heap: list[_Pending] = []
-        self.seq = itertools.count()
         self.arrivals: deque[tuple[float, int]] = deque()  # (when read, newest time read then)
         self.due = NEVER  # records up to this time have waited long enough
         self.last_ts: int | None = None
@@ -370,12 +381,9 @@ class Follow:
 
     def _read(self, tail: _Tail, now: float) -> None:
         """Queue the records the file gained (one bite of it)."""
-        got = tail.poll(now)
-        for pending in got:
-            pending.seq = next(self.seq)
-            heapq.heappush(self.heap, pending)
-        if got:
-            self.arrivals.append((now, max(p.ts for p in got)))
+        newest = tail.poll(now)
+        if newest is not None:
+            self.arrivals.append((now, newest))
             self._last_news = now
         if tail.meta is not None:
             self.world = max(self.world, int(tail.meta.get("world_size") or 0))
@@ -406,44 +414,55 @@ class Follow:
         return min(cut, *behind) if behind else cut
 
     def _release(self, cut: int) -> None:
-        out = []
-        while self.heap and self.heap[0].ts <= cut:
-            out.append(self._text(heapq.heappop(self.heap)))
-        if any(out):
-            self.write(b"".join(out))
-
-    def _text(self, p: _Pending) -> bytes:
-        """A released record as output text ('' when a filter drops it)."""
+        """Write the queued records up to time `cut`, in order: time, then rank (file), then file order."""
+        tails = sorted((t for t in self.tails.values() if t.queue_ts), key=lambda t: t.order)
+        taken = [(tail, got) for tail in tails if len((got := tail.take(cut))[0])]
+        if not taken:
+            return
+        ts = np.concatenate([got[0] for _, got in taken])
+        which = np.repeat(np.arange(len(taken)), [len(got[0]) for _, got in taken])
+        order = np.lexsort((np.concatenate([got[1] for _, got in taken]), which, ts))
+        picked = which[order].tolist()
+        batch = _Batch(
+            ts[order],
+            [taken[w][0] for w in picked],
+            _gather([got[2] for _, got in taken], which, order),
+            _gather([got[3] for _, got in taken], which, order),
+        )
         if self.zone is None:
-            self.zone = int((p.tail.meta or {}).get("utc_offset_s") or time.localtime().tm_gmtoff)
-            self.select.prepare(p.ts, self.zone)
-        late = 0 if self.last_ts is None or p.ts >= self.last_ts else self.last_ts - p.ts
-        text = self._glog_text(p)
+            self.zone = int((batch.tails[0].meta or {}).get("utc_offset_s") or time.localtime().tm_gmtoff)
+            self.select.prepare(int(batch.ts[0]), self.zone)
+        kept = self.select(batch)
+        self.filtered += len(batch) - len(kept)
+        if len(kept):
+            self.write(self._output(batch, kept))
 
-        def record() -> Record:
-            return from_json(p.obj, p.ts, p.tail.rank) if p.obj is not None else from_glog(p.text, p.ts, p.tail.rank)
-
-        if not self.select.keeps(p.tail.rank, p.ts, text, record):
-            self.filtered += 1
-            return b""
-        self.written += 1
-        self.last_ts = max(self.last_ts or p.ts, p.ts)
-        if late:
-            self.late += 1
+    def _output(self, batch: _Batch, kept: np.ndarray) -> bytes:
+        """The kept records of a batch as output: glog text stamped with their corrected times in the output's
+        zone (or JSON lines); those older than a record already written (the first ones) marked late."""
+        ts = batch.ts[kept]
+        late = np.maximum(self.last_ts - ts, 0) if self.last_ts is not None else np.zeros(len(kept), np.int64)
+        self.last_ts = max(self.last_ts or NEVER, int(ts[-1]))
+        self.written += len(kept)
+        self.late += int(np.count_nonzero(late))
         if self.jsonl:
-            obj = record().as_json((p.tail.meta or {}).get("world_size"))
-            if late:
-                obj[LATE_FIELD] = late
-            return fmt.json_record(obj)
-        return _marked(text, late) if late else text
-
-    def _glog_text(self, p: _Pending) -> bytes:
-        """The record's glog text with its clock-corrected time, in the output's time zone."""
-        seconds, micros = divmod(p.ts + self.zone * 1_000_000, 1_000_000)
-        stamp = time.strftime("%m%d %H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}"
-        if p.obj is not None:
-            return fmt.json_to_glog(p.obj, p.tail.rank, stamp).encode()
-        return p.text[:1] + stamp.encode() + p.text[21:]
+            out = []
+            for i, lag in zip(kept.tolist(), late.tolist()):
+                obj = batch.record(i).as_json((batch.tails[i].meta or {}).get("world_size"))
+                if lag:
+                    obj[LATE_FIELD] = lag
+                out.append(fmt.json_record(obj))
+            return b"".join(out)
+        texts = [batch.texts[i] for i in kept.tolist()]
+        data = np.frombuffer(bytearray(b"".join(texts)), np.uint8)
+        lengths = np.fromiter(map(len, texts), np.int64, len(texts))
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        restamp(data, starts, ts + self.zone * 1_000_000)
+        stamped = data.tobytes()
+        if not late.any():
+            return stamped
+        pieces = [stamped[a : a + n] for a, n in zip(starts.tolist(), lengths.tolist())]
+        return b"".join(_marked(text, lag) if lag else text for text, lag in zip(pieces, late.tolist()))
 
     # -- the loop ------------------------------------------------------------------------------------------
     def ended(self, now: float) -> bool:
@@ -499,6 +518,34 @@ class Follow:
         if self.late:
             parts.append(f"{plural(self.late, 'record')} printed late (marked {LATE_FIELD}=N)")
         return "; ".join(parts)
+
+
+class _Batch:
+    """Released records in output order, with the columns merge's filters (`Select`) read off a Block."""
+
+    def __init__(self, ts: np.ndarray, tails: list[_Tail], texts: list[bytes], objs: list) -> None:
+        self.ts, self.tails, self.texts, self.objs = ts, tails, texts, objs
+        self.rank = np.fromiter((t.rank for t in tails), np.int64, len(tails))
+        self.severity = np.frombuffer(bytes(t[0] for t in texts), np.uint8)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def matching(self, pattern: re.Pattern[bytes]) -> np.ndarray:
+        return np.fromiter((pattern.search(t) is not None for t in self.texts), bool, len(self.texts))
+
+    def record(self, i: int) -> Record:
+        ts, rank, obj = int(self.ts[i]), int(self.rank[i]), self.objs[i]
+        path = self.tails[i].path
+        return from_json(obj, ts, rank, path) if obj is not None else from_glog(self.texts[i], ts, rank, path)
+
+
+def _gather(parts: list[list], which: np.ndarray, order: np.ndarray) -> list:
+    """The items of the lists in `parts` (an empty list: None for each of its records), in the order
+    `order` picks them from their concatenation (`which`: the list each record is from)."""
+    counts = np.bincount(which, minlength=len(parts))
+    flat = [item for part, n in zip(parts, counts.tolist()) for item in (part or [None] * n)]
+    return [flat[i] for i in order.tolist()]
 
 
 def _marked(text: bytes, late_us: int) -> bytes:
