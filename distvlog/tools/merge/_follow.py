@@ -3,10 +3,13 @@
 Every rank file of the run directory is tailed: each poll reads what was appended and takes the whole
 records in it (format 5: a record short of its `+lines` count, a line without its "\\n" or a line cut by NUL
 padding is waited for, never printed). Reading stops at NUL padding with nothing after it: a sink that
-reserves space grows in content, not in size, and the padding is overwritten later. Records wait in one
-queue ordered by clock-corrected time (ties in rank order, as `merge` orders them) and are released when
-every live rank has written past them (its newest time, less how far back its threads' stamps have gone),
-or once they have waited `--delay` seconds. A record older than one already printed is printed all the
+reserves space grows in content, not in size, and the padding is overwritten later. A poll reads at most a
+bite of each file, so memory stays a few bites per file whatever the backlog.
+
+Records wait in their file's queue and are released in batches, in merge's order (clock-corrected time,
+then rank, then file order), through merge's own filters: when every live rank has written past them (its
+newest time, less how far back its threads' stamps have gone), or once they have waited `--delay` seconds;
+never past a file that is not read to its end. A record older than one already printed is printed all the
 same, with a field `late_us=N` (how far it is behind), so the output stays a valid glog timeline.
 
 A rank is done when its end record (format.END_RECORD) is read or its process is gone (the meta record
@@ -302,10 +305,6 @@ def _continued(data: bytes, stop: int, end: int, count: int) -> tuple[int, bool 
             return stop, False
         stop = more + 1
     return stop, True
-
-
-def _is_end(obj: dict | None) -> bool:
-    return bool(obj) and obj.get(fmt.EVENT) == fmt.END_RECORD and obj.get(fmt.FILE) == fmt.OWN_FILE
 
 
 def _alive(pid: int) -> bool:
@@ -620,7 +619,7 @@ def follow(args: argparse.Namespace, stop: Callable[[], bool] | None = None) -> 
 
     say(f"following {run_dir}")
     with _Output(args.output, run_dir, header=args.format == "text") as out:
-        follow = Follow(
+        live = Follow(
             run_dir,
             out.write,
             select,
@@ -631,13 +630,13 @@ def follow(args: argparse.Namespace, stop: Callable[[], bool] | None = None) -> 
             say=say,
         )
         try:
-            follow.run()
+            live.run()
         except KeyboardInterrupt:
-            say(f"interrupted; {follow.summary()}")
+            say(f"interrupted; {live.summary()}")
             return 130
         finally:
-            follow.close()
-    say(f"{follow.reason}; {follow.summary()}")
+            live.close()
+    say(f"{live.reason}; {live.summary()}")
     return 0
 
 
