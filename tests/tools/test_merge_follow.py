@@ -328,6 +328,15 @@ def test_json_lines_rank_files_are_followed(jsonl_run, cli, tmp_path, output):
     assert records(tmp_path / "f.out") == records(tmp_path / "m.out")
 
 
+def test_a_log_root_means_its_latest_run(glog_run, cli, tmp_path):
+    """PATH a log root: follow reads the run its `latest` link names, and says which."""
+    assert (glog_run.parent / "latest").resolve() == glog_run.resolve()
+    code, _, err = cli("merge", "--follow", glog_run.parent, "-o", tmp_path / "f.log")
+    assert code == 0, err
+    assert f"distvlog merge: following {glog_run.resolve()}\n" in err
+    assert records(tmp_path / "f.log")
+
+
 def test_a_path_that_is_not_a_directory_is_refused(cli, tmp_path):
     """One line naming the path, exit 2."""
     code, _, err = cli("merge", "--follow", tmp_path / "nowhere")

@@ -600,9 +600,13 @@ def resolve_run(path: str) -> Path:
         raise InputError(
             f"{path}: {'not a directory' if given.exists() else 'no such directory'} (--follow reads a run directory)"
         )
-    if (given / "latest").is_dir() and not any(_RANK_FILE.match(p.name) for p in given.iterdir()):
+    if any(_RANK_FILE.match(p.name) for p in given.iterdir()):
+        return given.resolve()
+    if (given / "latest").is_dir():
         return (given / "latest").resolve()
-    return given.resolve()
+    if any(p.is_dir() for p in given.iterdir()):
+        raise InputError(f"{path}: a log root without a latest run; give the run directory to follow")
+    return given.resolve()  # a run directory whose ranks have not written yet
 
 
 def follow(args: argparse.Namespace, stop: Callable[[], bool] | None = None) -> int:
