@@ -60,3 +60,32 @@ def test_ctrl_c_stops_the_job_and_the_view_ends_with_it(start_cli, tmp_path):
     assert "Traceback" not in err
     assert re.search(r"^distvlog merge: (the job exited|every rank ended)", err, re.M)
     assert "distvlog launch: rank" in err  # where SIGINT found the ranks (the report, after the view)
+
+
+KILLED = """
+import os, signal, time
+import distvlog as dv
+dv.init()
+log = dv.get_logger("job")
+for i in range(10):
+    log.info("tick", i=i)
+    time.sleep(0.05)
+if dv.get_rank() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(1)
+"""
+
+
+def test_a_killed_ranks_death_record_is_in_the_live_view(run_cli, tmp_path):
+    """Rank 1 SIGKILLs itself: the view shows every tick on disk and the F record its parent appends about its
+    death."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    proc = run_cli("launch", "-n", "2", "--follow", str(script))
+    assert proc.returncode == 128 + 9, proc.stderr
+    for rank in (0, 1):  # (SIGKILL loses what rank 1 had not written yet: the view shows what its file holds)
+        on_disk = re.findall(r"tick i=\d+", (run_dir_of(proc) / f"rank-{rank}.log").read_text())
+        assert re.findall(rf"\[rank {rank}\] (tick i=\d+)", proc.stdout) == on_disk
+    assert re.search(
+        r"^F\S+ \S+ \d+ distvlog:0\] \[rank 1\] the rank's process ended: .*signal=SIGKILL$", proc.stdout, re.M
+    )

@@ -12,8 +12,9 @@ newest time, less how far back its threads' stamps have gone), or once they have
 never past a file that is not read to its end. A record older than one already printed is printed all the
 same, with a field `late_us=N` (how far it is behind), so the output stays a valid glog timeline.
 
-A rank is done when its end record (format.END_RECORD) is read or its process is gone (the meta record
-names host and pid; pids are checked on this host only). The follow ends when every rank of the run is done,
+A rank is done when its end record (format.END_RECORD, or DIED: how it died, which `distvlog launch`
+appends) is read or its process is gone (the meta record names host and pid; pids are checked on this
+host only). The follow ends when every rank of the run is done,
 when `stop()` says so (the launcher: the job exited), when no rank wrote for `--idle` seconds, or on Ctrl-C.
 A file that shrinks or is replaced is read again from its start (said once).
 """
@@ -45,9 +46,14 @@ READ_BYTES = 256 << 10  # read at most this much of a file per poll: memory is a
 PADDING_BITES = 64  # how much padding one check scans for data after it (bites)
 NEVER, ALWAYS = -(1 << 62), 1 << 62  # times before and after any record
 HEAD_BYTES = 64 << 10  # the header and meta record are in the first bytes
+GRACE_S = 0.5  # how long a rank's pid must stay gone before its file is done
 CHECK_S = 1.0  # how often to look for new files, re-read clock slots and ask whether a rank's pid lives
 _START = re.compile(rb"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} ")  # a line that starts a record (2.2)
 _END = fmt.own_record_pattern(fmt.END_RECORD)
+# How a rank died, appended to its file by `distvlog launch`'s parent of the rank (format 2.8).
+_DIED = re.compile(
+    re.escape(f" {fmt.OWN_FILE}:{fmt.OWN_LINE}] ".encode()) + rb"\[rank \d+\] " + re.escape(fmt.DIED.encode())
+)
 _RANK_FILE = re.compile(rf"^{fmt.RANK_FILE_NAME.pattern}$")
 _NOT_NUL = re.compile(rb"[^\0]")
 _HOST = socket.gethostname()
@@ -82,6 +88,7 @@ class _Tail:
         self.queue_obj: list[dict] = []
         self._seconds: dict[bytes, int] = {}
         self._checked = self._padding_checked = 0.0
+        self._missing_since: float | None = None
 
     @property
     def done(self) -> bool:
@@ -227,7 +234,8 @@ class _Tail:
             running = np.maximum.accumulate(np.append(self.frontier, counted))
             self.slack = max(self.slack, int((running[1:] - counted).max()))
             self.frontier = int(running[-1])
-        if _END.search(b"".join(texts)):
+        joined = b"".join(texts)
+        if _END.search(joined) or _DIED.search(joined):
             self.ended = True
         self.queue_ts += ts.tolist()
         self.queue_text += texts
@@ -270,13 +278,19 @@ class _Tail:
         return epoch * 1_000_000 + int(text[15:21])
 
     # -- liveness ------------------------------------------------------------------------------------------
-    def check_process(self) -> bool:
-        """Whether the rank's process has just been found gone (its pid on this host no longer runs); what it
-        left is read by the caller."""
+    def check_process(self, now: float) -> bool:
+        """Whether the rank's process has just been found gone: its pid on this host no longer runs, at two
+        checks at least GRACE_S apart (`distvlog launch`'s parent of a rank that died appends how in between).
+        What it left is read by the caller."""
         if self.done or self.meta is None or self.meta.get("host") != _HOST:
             return False
         pid = self.meta.get("pid")
         if type(pid) is not int or _alive(pid):
+            self._missing_since = None
+            return False
+        if self._missing_since is None:
+            self._missing_since = now
+        if now - self._missing_since < GRACE_S:
             return False
         self.gone = True
         return True
@@ -360,13 +374,15 @@ class Follow:
             self._find_files()
         for tail in self.tails.values():
             self._read(tail, now)
-            if look and tail.check_process():
+            if look and tail.check_process(now):
                 self.say(f"rank {tail.rank} (pid {tail.meta.get('pid')}) is gone without its end record (killed?)")
         self._release(self._cut(now))
 
     def drain(self, now: float) -> None:
         """The job has ended: read every file to its end, releasing in order as the files are read."""
         self._find_files()
+        for tail in self.tails.values():
+            tail.caught_up = False  # (whatever was written since its last poll is read too)
         while True:
             for tail in self.tails.values():
                 if not tail.caught_up:
