@@ -36,10 +36,12 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_rank(tmp: Path, rank: int, *args: object) -> subprocess.Popen:
-    """One rank of a WORLD-rank job writing into run `live`: follow_writer.py ARGS."""
+def start_rank(tmp: Path, rank: int, *args: object, launched: bool = True) -> subprocess.Popen:
+    """One rank of a WORLD-rank job writing into run `live`: follow_writer.py ARGS, run as `distvlog launch`
+    runs a rank (its end record at the end; a parent that records how it died) or as a plain script."""
+    runner = ["-m", "distvlog.launch.run"] if launched else []
     return subprocess.Popen(
-        [sys.executable, "-m", "distvlog.launch.run", str(WRITER), *map(str, args)],
+        [sys.executable, *runner, str(WRITER), *map(str, args)],
         env=_env(tmp, RANK=str(rank), WORLD_SIZE=str(WORLD)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -148,10 +150,11 @@ def test_a_rank_that_starts_late_is_picked_up(tmp_path):
 
 
 def test_a_killed_rank_is_named_and_the_others_followed_to_their_end(tmp_path):
-    """Rank 1 SIGKILLs itself before its 12th record: follow says so once, prints what it wrote, and goes on
-    until the other ranks end."""
+    """Rank 1, a plain script (no end record, no parent to say how it died), SIGKILLs itself before its 12th
+    record: follow finds its pid gone and says so once, prints what it wrote, and goes on until the other
+    ranks end."""
     follow = start_follow(tmp_path, "logs/live", "-o", "out.log")
-    ranks = [start_rank(tmp_path, r, 30, 0.07, 0, 11 if r == 1 else -1) for r in range(WORLD)]
+    ranks = [start_rank(tmp_path, r, 30, 0.07, 0, 11 if r == 1 else -1, launched=r != 1) for r in range(WORLD)]
     codes = [rank.wait(timeout=HANG_S) for rank in ranks]
     assert codes == [0, -signal.SIGKILL, 0, 0]
     code, err = finish(follow)
