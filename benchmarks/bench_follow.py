@@ -18,7 +18,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_merge import RANKS, generate, peak_rss, timed  # noqa: E402
+from bench_merge import generate, timed  # noqa: E402
+
+RANKS = 4
 
 
 def main() -> None:
@@ -30,23 +32,25 @@ def main() -> None:
         tmp = Path(tmp_name)
         run = tmp / "run"
         run.mkdir()
-        size = sum(generate(run / f"rank-{r}.log", r, args.records, seed=r) for r in range(RANKS))
+        size = sum(generate(run / f"rank-{r}.log", r, args.records, seed=r, ranks=RANKS) for r in range(RANKS))
         out = tmp / "out.log"
         merge = [sys.executable, "-m", "distvlog", "merge", str(run), "-o", str(out)]
         contenders = {"merge --follow --idle 0": merge + ["--follow", "--idle", "0"], "merge": merge}
         times: dict[str, list[float]] = {name: [] for name in contenders}
+        rss: dict[str, list[int]] = {name: [] for name in contenders}
         for _ in range(args.rounds):
             for name, cmd in contenders.items():
-                times[name].append(timed(cmd, out))
+                wall, peak_kib = timed(cmd, out)
+                times[name].append(wall)
+                rss[name].append(peak_kib)
         records = RANKS * (args.records + 1)
         print(f"{RANKS} ranks x {args.records:,} records ({size / 1e6:.0f} MB), median of {args.rounds} rounds")
         base = statistics.median(times["merge"])
-        for name, cmd in contenders.items():
+        for name in contenders:
             wall = statistics.median(times[name])
-            rss = peak_rss(cmd) / 1024
             print(
                 f"  {name:24s} {wall:7.2f} s  {records / wall / 1e6:6.2f} M records/s  {wall / base:5.2f}x merge"
-                f"  peak RSS {rss:5.0f} MB"
+                f"  peak RSS {max(rss[name]) / 1024:5.0f} MB"
             )
 
 

@@ -98,7 +98,7 @@ def test_every_record_is_printed_once_in_time_order(tmp_path):
         assert rank.wait(timeout=HANG_S) == 0
     code, err = finish(follow)
     assert code == 0, err
-    assert "distvlog merge: every rank ended; 128 records from 4 files (ranks 0-3: 32)" in err  # meta, 30, end
+    assert "distvlog merge: every rank ended; 128 records from 4 files (ranks 0-3: 32 each)" in err  # meta, 30, end
     got = records(tmp_path / "out.log")
     assert got == merged(tmp_path)
     assert [late for *_, late in got] == [None] * len(got)

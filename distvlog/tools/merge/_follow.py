@@ -36,7 +36,8 @@ import numpy as np
 
 from ... import format as fmt
 from ...errors import InputError
-from ...wording import plural, ranks_text
+from ...wording import per_rank, plural, ranks_text
+from ..output import write_all
 from ..read import Clock, Record, from_glog, from_json, restamp
 from . import _filters
 
@@ -517,11 +518,8 @@ class Follow:
         counts = {t.rank: 0 for t in self.tails.values()}
         for tail in self.tails.values():
             counts[tail.rank] += tail.records
-        by_count: dict[int, list[int]] = {}
-        for rank, n in sorted(counts.items()):
-            by_count.setdefault(n, []).append(rank)
-        per_rank = "; ".join(f"{ranks_text(ranks)}: {n:,}" for n, ranks in by_count.items())
-        parts = [f"{plural(self.written, 'record')} from {plural(len(self.tails), 'file')} ({per_rank or 'none'})"]
+        read = per_rank(counts) if counts else "none"
+        parts = [f"{plural(self.written, 'record')} from {plural(len(self.tails), 'file')} ({read})"]
         if self.filtered:
             parts.append(f"{self.filtered:,} filtered out")
         torn = sum(t.torn for t in self.tails.values())
@@ -690,9 +688,7 @@ class _Output:
         )
 
     def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        write_all(self.fd, data)
 
     def __exit__(self, *exc: object) -> None:
         if self.path not in (None, "-"):
