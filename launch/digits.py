@@ -6,6 +6,8 @@ and no torch here: under torchrun nothing may initialise MPI.
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 
 import faults
 import numpy as np
@@ -53,6 +55,22 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace, at_least: tuple[
     if args.data == "digits" and _load_digits() is None:
         p.error("--data digits: needs scikit-learn (pip install scikit-learn), or use --data synthetic")
     faults.check(p, args)
+
+
+def refuse_beyond_world(
+    p: argparse.ArgumentParser, args: argparse.Namespace, rank: int, world: int, barrier: Callable[[], None]
+) -> None:
+    """What needs the world size, checked on every rank after init: a fault rank beyond the world makes every
+    rank exit with status 2, rank 0 saying why, once, as argparse would. `barrier` (MPI's or torch's) comes
+    first: under `distvlog launch` one rank's exit ends the job, which must not kill rank 0 before it spoke."""
+    error = faults.beyond_world(args, world)
+    if error is None:
+        return
+    if rank == 0:
+        p.print_usage(sys.stderr)
+        print(f"{p.prog}: error: {error}", file=sys.stderr, flush=True)
+    barrier()
+    sys.exit(2)
 
 
 def _flag(name: str) -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import time
 
 import digits
@@ -50,20 +49,6 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     args = p.parse_args()
     digits.check(p, args, at_least=(("dist_v", 0),))
     return p, args
-
-
-def check_against_world(p: argparse.ArgumentParser, args: argparse.Namespace, rank: int, world: int) -> None:
-    """What needs the world size, checked on every rank after init: every rank exits with status 2, rank 0
-    says why (once), as argparse would; the barrier keeps any rank's exit, which aborts the job under
-    `distvlog launch`, from killing rank 0 before it has said so."""
-    error = faults.beyond_world(args, world)
-    if error is None:
-        return
-    if rank == 0:
-        p.print_usage(sys.stderr)
-        print(f"{p.prog}: error: {error}", file=sys.stderr, flush=True)
-    MPI.COMM_WORLD.Barrier()
-    sys.exit(2)
 
 
 class MLP(dv.nn.Layer):
@@ -97,7 +82,7 @@ def main() -> None:
     parser, args = parse_args()
     dv.init()
     rank, world = dv.get_rank(), dv.get_world_size()
-    check_against_world(parser, args, rank, world)
+    digits.refuse_beyond_world(parser, args, rank, world, MPI.COMM_WORLD.Barrier)
     plan = faults.Plan(args, rank)
     dv.set_vlog_level({"parallel": args.dist_v})
     log = dv.get_logger("train")

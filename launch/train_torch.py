@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 import time
 
 import digits
@@ -89,24 +88,11 @@ class MLP(nn.Module):
         return self.fc3(h)
 
 
-def refuse_beyond_world(parser: argparse.ArgumentParser, args: argparse.Namespace, rank: int, world: int) -> None:
-    """A fault rank beyond the world: every rank exits with status 2, rank 0 says why, once, as argparse
-    would (the barrier first: under `distvlog launch` one rank's exit ends the job)."""
-    error = faults.beyond_world(args, world)
-    if error is None:
-        return
-    if rank == 0:
-        parser.print_usage(sys.stderr)
-        print(f"{parser.prog}: error: {error}", file=sys.stderr, flush=True)
-    dist.barrier()
-    sys.exit(2)
-
-
 def main() -> None:
     parser, args = parse_args()
     dvt.init()
     rank, world = dist.get_rank(), dist.get_world_size()
-    refuse_beyond_world(parser, args, rank, world)
+    digits.refuse_beyond_world(parser, args, rank, world, dist.barrier)
     plan = faults.Plan(args, rank)
     log = dv.get_logger("train")
 
