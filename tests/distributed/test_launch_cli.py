@@ -603,5 +603,5 @@ def test_train_refuses_a_nan_rank_beyond_the_world_once_on_every_rank(run_cli):
     proc = run_cli("launch", "-n", "2", TRAIN, "--steps", "3", "--inject-nan-rank", "5", "--inject-nan-step", "1")
     assert proc.returncode == 2
     assert proc.stderr.count("train.py: error: --inject-nan-rank 5: beyond the last rank, 1 (2 ranks)\n") == 1
-    assert re.search(r"^distvlog launch: ranks 0,1 failed: exited with status 2 \(train\.py:\d+\)$", proc.stderr, re.M)
+    assert re.search(r"^distvlog launch: ranks 0,1 failed: exited with status 2 \(digits\.py:\d+\)$", proc.stderr, re.M)
     assert not _found(proc.stdout, "step   0")
