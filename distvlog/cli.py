@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 
+from . import __version__
 from .errors import InputError
 
 COMMANDS = {
@@ -25,8 +26,13 @@ COMMANDS = {
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `command`, only that command's module is imported (the others get bare entries)."""
-    parser = argparse.ArgumentParser(prog="distvlog", description="Debug data-parallel training from per-rank logs.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser = argparse.ArgumentParser(
+        prog="distvlog",
+        description="Debug data-parallel training from per-rank logs.",
+        epilog="`distvlog COMMAND --help` describes a command and its options.",
+    )
+    parser.add_argument("--version", action="version", version=f"distvlog {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.set_defaults(commands=sub.choices)  # each command's parser, for its own usage in errors
     for name, module in COMMANDS.items():
         if command is None or name == command:
@@ -44,6 +50,9 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
     if own_process and "distvlog.logger" in sys.modules:
         sys.modules["distvlog.logger"].SINK.discard()
     args, extra = parser.parse_known_args(argv)
+    if args.command is None:  # bare `distvlog`: what it can do, not a usage error
+        parser.print_help()
+        return 0
     if extra:  # `merge A --rank-of A=0 B`: paths after an option are still paths
         if not hasattr(args, "paths") or any(e.startswith("-") for e in extra):
             args.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")

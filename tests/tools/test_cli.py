@@ -1,9 +1,11 @@
-"""The `distvlog` command imports only what its command uses: a small merge needs neither pyarrow (~0.13 s
-to import) nor the autograd engine, the logger or MPI. (Its wall time is measured in
-benchmarks/bench_start.py beside `python -c pass`; tests assert what is imported, not how long it takes.)"""
+"""The `distvlog` command as a new user meets it: bare, `--version`, every `--help`; and it imports only what
+its command uses: a small merge needs neither pyarrow (~0.13 s to import) nor the autograd engine, the logger
+or MPI. (Its wall time is measured in benchmarks/bench_start.py beside `python -c pass`; tests assert what is
+imported, not how long it takes.)"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -70,3 +72,36 @@ def test_the_top_level_help_lists_every_command_with_its_help():
     """Without a command every command's module is imported, so `distvlog --help` says what each one does."""
     text = build_parser().format_help()
     assert all(f"    {name}  " in text for name in COMMANDS) and "merge per-rank logs into one timeline" in text
+
+
+def distvlog_command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from distvlog.cli import command; sys.exit(command())", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=120,
+    )
+
+
+def test_bare_distvlog_lists_its_commands_and_succeeds():
+    """`distvlog` alone is a question, not a mistake: the commands with what each does, exit 0."""
+    proc = distvlog_command()
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert all(f"    {name}  " in proc.stdout for name in COMMANDS) and "COMMAND --help" in proc.stdout
+
+
+def test_version_is_the_installed_distributions():
+    """`distvlog --version` prints the version pip knows (one source: distvlog.__version__)."""
+    proc = distvlog_command("--version")
+    assert proc.returncode == 0 and proc.stdout.split() == ["distvlog", importlib.metadata.version("distvlog")]
+
+
+def test_every_commands_help_is_whole():
+    """Each command's --help ends with its options, and its description is not cut mid-sentence."""
+    for name in COMMANDS:
+        proc = distvlog_command(name, "--help")
+        assert proc.returncode == 0, name
+        description = proc.stdout.split("\n\n")[1]
+        assert description.rstrip().endswith((".", ")")), (name, description)
+        assert proc.stdout.rstrip().splitlines()[-1].strip(), name
