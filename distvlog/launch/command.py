@@ -27,7 +27,7 @@ import distvlog
 
 from ..dist.comm import library_name
 from ..errors import InputError
-from ..logger import log_dir
+from ..logger import SETTINGS_SAID, log_dir
 from . import report
 
 # The libmpi soname of each launcher kind's MPI, and the MPI's name in messages.
@@ -147,6 +147,7 @@ def _rank_env(run_id: str, root: Path, n: int, local: bool) -> dict[str, str]:
         "DISTVLOG_RUN_ID": run_id,
         "DISTVLOG_LOG_DIR": str(root),
         "PYTHONPATH": source_root + (os.pathsep + path if path else ""),
+        SETTINGS_SAID: "1",  # (importing the logger, this process has named any bad DISTVLOG_ setting)
     }
     if local and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))

@@ -12,9 +12,10 @@ from __future__ import annotations
 from . import _lifecycle
 from . import _rules as vlog_rules  # `vlog_rules.ceiling`: the highest level any rule in force allows
 from ._clock import now_us
+from ._env import LAUNCHER_VARS, SETTINGS_SAID
 from ._env import boolean as env_boolean
 from ._env import read as read_env
-from ._identity import IDENTITY, LAUNCHER_VARS, rank_from_env
+from ._identity import IDENTITY, rank_from_env
 from ._lifecycle import FLUSH_INTERVAL_S, SIGNAL_GRACE_S, abort_job, log_at, log_failure, log_interrupt
 from ._logger import LineWriter, Logger, add_processor, bind_context, get_logger, unbind_context
 from ._processors import PACKAGE_DIR, code_site, is_distvlog_file
@@ -48,6 +49,7 @@ __all__ = [
     "FLUSH_INTERVAL_S",
     "IDENTITY",
     "LAUNCHER_VARS",
+    "SETTINGS_SAID",
     "PACKAGE_DIR",
     "SIGNAL_GRACE_S",
     "SINK",

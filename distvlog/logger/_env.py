@@ -1,6 +1,8 @@
 """distvlog's settings from the environment: a bad value is named once on stderr and replaced by the default.
 
 A debugging tool must never stop a job or a command because of a mistyped variable, so nothing here raises.
+Every process of a job reads the same environment, so one process says what is wrong with it: the launcher
+that started the job (it sets SETTINGS_SAID for its ranks), else rank 0.
 """
 
 from __future__ import annotations
@@ -14,10 +16,30 @@ from typing import TypeVar
 T = TypeVar("T")
 _warned: set[tuple[str, str]] = set()
 
+# (rank variable, world-size variable) per launcher, in the order they are trusted.
+LAUNCHER_VARS = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH / Hydra, Intel MPI
+    ("PMIX_RANK", "PMIX_SIZE"),  # PMIx launchers
+    ("RANK", "WORLD_SIZE"),  # torchrun
+    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
+)
+SETTINGS_SAID = "DISTVLOG_SETTINGS_SAID"  # set by `distvlog launch`: it has named the bad settings of the job
 
-def warn(name: str, raw: str, reason: str, used: str) -> None:
-    """One line on stderr, once per process for each bad value: what was ignored, why, and what is used."""
-    if (name, raw) in _warned:
+
+def _speaks_for_the_job() -> bool:
+    """Whether this process names the job's bad settings: not a rank of `distvlog launch` (the launcher has),
+    not a rank other than 0 (rank 0 has); a rank variable that is no number leaves every rank speaking."""
+    if os.environ.get(SETTINGS_SAID):
+        return False
+    raw = next((os.environ[var] for var, _ in LAUNCHER_VARS if os.environ.get(var)), "0").strip()
+    return not raw.isdigit() or int(raw) == 0
+
+
+def warn(name: str, raw: str, reason: str, used: str, *, own: bool = False) -> None:
+    """One line on stderr, once per process for each bad value: what was ignored, why, and what is used.
+    Said by one process of the job, unless the value is this process's `own` (a rank's own rank variable)."""
+    if (name, raw) in _warned or not (own or _speaks_for_the_job()):
         return
     _warned.add((name, raw))
     try:

@@ -11,17 +11,8 @@ from dataclasses import dataclass
 
 from . import _env
 
-# (rank variable, world-size variable) per launcher, in the order they are trusted.
-LAUNCHER_VARS = (
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
-    ("PMI_RANK", "PMI_SIZE"),  # MPICH / Hydra, Intel MPI
-    ("PMIX_RANK", "PMIX_SIZE"),  # PMIx launchers
-    ("RANK", "WORLD_SIZE"),  # torchrun
-    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
-)
 
-
-def rank_from_env(launchers: tuple[tuple[str, str], ...] = LAUNCHER_VARS) -> tuple[int, int]:
+def rank_from_env(launchers: tuple[tuple[str, str], ...] = _env.LAUNCHER_VARS) -> tuple[int, int]:
     """(rank, world_size) from the first launcher whose rank variable is set, else (0, 1). A launcher with a
     bad value is skipped with a warning (a mistyped variable must not stop the job): the next one is tried."""
     for i, (rank_var, size_var) in enumerate(launchers):
@@ -39,7 +30,7 @@ def rank_from_env(launchers: tuple[tuple[str, str], ...] = LAUNCHER_VARS) -> tup
             return rank, size
         except ValueError as exc:
             rank, size = rank_from_env(launchers[i + 1 :])
-            _env.warn(*bad, str(exc), f"rank {rank} of {size}")
+            _env.warn(*bad, str(exc), f"rank {rank} of {size}", own=bad[0] == rank_var)
             return rank, size
     return 0, 1
 

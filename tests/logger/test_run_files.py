@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from logger_testkit import GLOG_PREFIX, finish, read_glog, wait_for_line
 
-from distvlog.logger._identity import LAUNCHER_VARS, rank_from_env
+from distvlog.logger import LAUNCHER_VARS, rank_from_env
 
 LOGS = """
 import os
@@ -98,7 +98,7 @@ def test_rank_from_launcher_environment(monkeypatch, env, expected):
             (0, 1),
         ),
         (
-            {"PMI_RANK": "1", "PMI_SIZE": "two", "SLURM_PROCID": "2", "SLURM_NTASKS": "3"},
+            {"PMI_RANK": "0", "PMI_SIZE": "two", "SLURM_PROCID": "2", "SLURM_NTASKS": "3"},
             "PMI_SIZE='two': not an integer (using rank 2 of 3)",
             (2, 3),
         ),
