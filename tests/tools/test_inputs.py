@@ -176,3 +176,19 @@ def test_a_timeline_names_every_process_it_merged_even_one_that_started_late(tmp
     assert code == 0 and "warning" not in err  # (before: "no log read from rank 1 of 2")
     code, _, err = cli("merge", tmp_path / "timeline.log", run / "rank-1.log")
     assert code == 2 and f"{run}/rank-1.log both hold the records of rank 1 (pid 101)" in err
+
+
+@pytest.mark.parametrize("command", ["merge", "trace", "diff"])
+def test_a_log_root_is_read_as_its_latest_run_and_the_tool_says_which(tmp_path, cli, command):
+    """`latest` moves with every job: a tool given a log root names the run directory it read; given the run
+    directory itself, it has nothing to add."""
+    root = tmp_path / "logs"
+    for run, when in (("20261201-100000-old", T0), ("20261201-110000-new", T0 + 10**9)):
+        (root / run).mkdir(parents=True)
+        (root / run / "rank-0.log").write_text(ours(0, [(when + t - T0, text) for t, text in ONE_RANK], world=1))
+    (root / "latest").symlink_to("20261201-100000-old")  # the link wins over the newer directory
+    out_args = ["-o", str(tmp_path / "t.json")] if command == "trace" else []
+    code, _, err = cli(command, root, *out_args)
+    assert code == 0 and f"distvlog {command}: {root}: its latest run, {root / '20261201-100000-old'}\n" in err
+    code, _, err = cli(command, root / "20261201-110000-new", *out_args)
+    assert "its latest run" not in err

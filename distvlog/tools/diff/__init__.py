@@ -21,7 +21,7 @@ import argparse
 import sys
 
 from ..output import output, write_all
-from ..read import resolve_inputs, warner
+from ..read import resolve_inputs, say_runs_read, warner
 from ._findings import Finding
 from ._logs import Logs, error_text, load
 from ._render import as_json, as_text, line
@@ -31,6 +31,7 @@ __all__ = ["Finding", "Logs", "Report", "analyse", "error_text", "load", "line",
 
 
 def run(args: argparse.Namespace) -> int:
+    say_runs_read("diff", args.paths)
     if args.output in (None, "-"):
         report = analyse(load(args.paths, warner("diff")))
         sys.stdout.write(_text(report, args.json))

@@ -14,7 +14,18 @@ from concurrent.futures import ThreadPoolExecutor
 from ...errors import InputError
 from ...wording import per_rank, plural
 from ..output import output
-from ..read import PAD, Arena, Source, add_input_arguments, after_reading, open_inputs, skipped_text, total, warner
+from ..read import (
+    PAD,
+    Arena,
+    Source,
+    add_input_arguments,
+    after_reading,
+    open_inputs,
+    say_runs_read,
+    skipped_text,
+    total,
+    warner,
+)
 from . import _filters, _follow
 from ._follow import follow
 from ._kway import KWayMerge
@@ -94,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return follow(args)
     select = _filters.Select(args)
     warn = warner("merge")
+    say_runs_read("merge", args.paths)
     sources = open_inputs(args, warn)
     present = {s.rank for s in sources}
     if select.ranks is not None and not present & set(select.ranks.tolist()) and None not in present:

@@ -19,7 +19,7 @@ from ._block import Block, Counts
 from ._bytes import restamp, take
 from ._files import parse_int_list, resolve_inputs
 from ._header import Clock
-from ._notes import Warn, after_reading, ignore, skipped_text, total, warner
+from ._notes import Warn, after_reading, ignore, say_runs_read, skipped_text, total, warner
 from ._record import Record, from_glog, from_json
 from ._scan import PAD
 from ._source import Source, add_input_arguments, open_inputs, open_sources, read_records
@@ -45,6 +45,7 @@ __all__ = [
     "read_records",
     "resolve_inputs",
     "restamp",
+    "say_runs_read",
     "skipped_text",
     "take",
     "total",

@@ -9,6 +9,7 @@ raise BadFile.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -48,6 +49,18 @@ def _rank_files(directory: Path) -> list[Path]:
     return sorted(
         (p for p in directory.iterdir() if _RANK_FILE.match(p.name) and not p.is_dir()), key=lambda p: _natural(p.name)
     )
+
+
+def runs_read_for_roots(args: list[str]) -> dict[str, Path]:
+    """The log roots among PATH arguments, each with the run directory that stands for it (its latest run):
+    a tool says which run it read, since `latest` moves as jobs run."""
+    out = {}
+    for arg in args:
+        path = Path(arg)
+        with contextlib.suppress(OSError):  # (a bad path is refused when it is expanded)
+            if path.is_dir() and not _rank_files(path) and (run := _latest_run(path)) is not None:
+                out[arg] = run
+    return out
 
 
 def _latest_run(root: Path) -> Path | None:

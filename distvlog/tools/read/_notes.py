@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ...errors import InputError
 from ...wording import MAX_GROUPS, per_rank, plural, ranks_text
 from ._block import Counts
+from ._files import runs_read_for_roots
 
 if TYPE_CHECKING:
     from ._source import Source
@@ -27,6 +28,13 @@ def ignore(text: str) -> None:
 def warner(command: str) -> Warn:
     """A warning a line on stderr, named after the command (`distvlog diff: warning: ...`)."""
     return lambda text: print(f"distvlog {command}: warning: {text}", file=sys.stderr)
+
+
+def say_runs_read(command: str, paths: list[str]) -> None:
+    """`distvlog diff: distvlog_logs: its latest run, distvlog_logs/20261201-101500-launch42` on stderr, for
+    each log root given: `latest` moves with every job, so which one was read is said."""
+    for arg, run in runs_read_for_roots(paths).items():
+        print(f"distvlog {command}: {arg}: its latest run, {run}", file=sys.stderr)
 
 
 def skipped_text(counts: Counts) -> str:

@@ -16,7 +16,7 @@ from ...errors import InputError
 from ...wording import plural, ranks_text
 from ..diff import Report, analyse, line, load
 from ..output import output, write_all
-from ..read import resolve_inputs, warner
+from ..read import resolve_inputs, say_runs_read, warner
 from ._series import Panel, panels
 
 PALETTE_SIZE = 24  # plotly's Dark24: a colour per rank up to 24 ranks, then they repeat
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         import plotly  # noqa: F401
     except ImportError:
         raise InputError("needs plotly to draw: pip install 'distvlog[report]'") from None
+    say_runs_read("report", args.paths)
     logs = load(args.paths, warner("report"))
     report = analyse(logs)
     drawn = panels(logs, args.paths)

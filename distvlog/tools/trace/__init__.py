@@ -29,6 +29,7 @@ from ..read import (
     open_inputs,
     parse_int_list,
     read_records,
+    say_runs_read,
     warner,
 )
 from . import _counters
@@ -178,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     ranks = set(parse_int_list("--ranks", args.ranks)) if args.ranks else None
     steps = set(parse_int_list("--steps", args.steps)) if args.steps else None
     warn = warner("trace")
+    say_runs_read("trace", args.paths)
     sources = open_inputs(args, warn)
     share = -(-args.max_events // len(sources))  # --max-events shared out among the files (0: no limit)
     kinds: Counter = Counter()
