@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..format import meta_of_head
+from ..format import SUFFIXES, meta_of_head, rank_file_stem
 
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -104,19 +104,33 @@ def _ancestors() -> Iterator[int]:
             return
 
 
-def _written_by_an_ancestor(path: Path) -> bool:
-    """Whether the process that created `path` (per its header) started this one: this process is its
-    helper, of the same job. Only a regular file is read: never through a symlink, never a FIFO (opening
-    one for reading would block)."""
+def _meta_of(path: Path) -> dict | None:
+    """The meta record of a rank file, None if it has none or cannot be read. Only a regular file is read:
+    never through a symlink, never a FIFO (opening one for reading would block)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
         try:
-            meta = meta_of_head(os.read(fd, 4096)) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+            return meta_of_head(os.read(fd, 4096)) if stat.S_ISREG(os.fstat(fd).st_mode) else None
         finally:
             os.close(fd)
     except OSError:
-        return False
+        return None
+
+
+def _written_by_an_ancestor(path: Path) -> bool:
+    """Whether the process that created `path` (per its header) started this one: this process is its
+    helper, of the same job."""
+    meta = _meta_of(path)
     return meta is not None and meta.get("pid") in _ancestors()
+
+
+def _world_size_of(run_dir: Path) -> int:
+    """How many ranks the run in `run_dir` had, from its rank 0's header (1 when it cannot tell)."""
+    for suffix in SUFFIXES.values():
+        meta = _meta_of(run_dir / f"{rank_file_stem(0)}{suffix}")
+        if meta is not None:
+            return int(meta.get("world_size") or 1)
+    return 1
 
 
 def create_rank_file(root: Path, run_id: str, stem: str, suffix: str, pid: int) -> tuple[int, Path, str]:
@@ -142,11 +156,15 @@ def create_rank_file(root: Path, run_id: str, stem: str, suffix: str, pid: int) 
     raise OSError(f"could not create {stem}{suffix} under {root}/{run_id}.*: 1000 runs use that id")
 
 
-def point_latest(root: Path, run_id: str) -> None:
-    """Atomically point `root/latest` at the run (a no-op when `latest` is not ours to replace)."""
+def point_latest(root: Path, run_id: str, world_size: int) -> Path | None:
+    """Atomically point `root/latest` at the run (a no-op when `latest` is not ours to replace). A single
+    process that no launcher started (a script tried alone) leaves a `latest` that points at a job of several
+    ranks, whose logs are what the tools are asked about: it returns that run, for the process to say so."""
     link = root / "latest"
     if link.exists() and not link.is_symlink():
-        return
+        return None
+    if world_size == 1 and not os.environ.get("DISTVLOG_RUN_ID") and link.is_dir() and _world_size_of(link) > 1:
+        return link.resolve()
     tmp = root / f".latest.{os.getpid()}"
     try:
         os.symlink(run_id, tmp)

@@ -214,10 +214,10 @@ class RankFile:
         self._clock_offsets = _format.clock_slot_offsets(self.renderer.header({**meta, **self._clock}))
         self._fd, self.path, self.run_id, self.root = fd, path, rid, root
         self._write(b"")  # the header
-        _rundir.point_latest(root, rid)
-        _echo(
-            f"distvlog: rank {ident.rank} (pid {ident.pid}) logs to {path}\n".encode()
-        )  # one write: ranks' lines stay whole
+        kept = _rundir.point_latest(root, rid, ident.world_size)
+        kept_text = f" (latest stays at {kept.name}, a job of several ranks)" if kept else ""
+        # (one write: the ranks' lines stay whole)
+        _echo(f"distvlog: rank {ident.rank} (pid {ident.pid}) logs to {path}{kept_text}\n".encode())
         for callback in self.on_open:
             # (a thread cannot start at interpreter shutdown: the file works without its timer)
             with contextlib.suppress(Exception):

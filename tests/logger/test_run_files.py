@@ -142,6 +142,24 @@ def test_ranks_agree_on_a_run_id_without_being_told(scripts):
     assert len(run_dirs) == 1 and _ranks_in(run_dirs[0]) == {"rank-0.log": 0, "rank-1.log": 1}
 
 
+def test_a_script_run_alone_leaves_latest_at_the_last_job_and_says_so(scripts):
+    """`latest` is what the tools read for a log root: a single process that no launcher started does not
+    take it from a job of several ranks (it says where `latest` stays); it does take it from another single
+    process, and a job takes it from anyone."""
+    _job(scripts, 2, {"DISTVLOG_RUN_ID": "job"})
+    alone = scripts.run(LOGS, env={"DISTVLOG_RUN_ID": ""})
+    assert os.readlink(scripts.log_dir / "latest") == "job"
+    path = next(p for p in alone.files() if p.parent.name != "job")
+    assert f"logs to {path} (latest stays at job, a job of several ranks)" in alone.proc.stderr
+    (scripts.log_dir / "latest").unlink()
+    scripts.run(LOGS, env={"DISTVLOG_RUN_ID": ""})
+    again = scripts.run(LOGS, env={"DISTVLOG_RUN_ID": ""})
+    path = max((p for p in again.files() if p.parent.name != "job"), key=lambda p: p.stat().st_mtime)
+    assert os.readlink(scripts.log_dir / "latest") == path.parent.name and "latest stays" not in again.proc.stderr
+    _job(scripts, 2, {"DISTVLOG_RUN_ID": "job2"})
+    assert os.readlink(scripts.log_dir / "latest") == "job2"
+
+
 @pytest.mark.parametrize("kind", ["file", "fifo"])
 def test_a_symlink_in_place_of_a_rank_file_is_not_followed(scripts, kind):
     victim = scripts.tmp / "victim"
