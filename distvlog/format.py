@@ -117,8 +117,8 @@ written from it alone reads every file distvlog writes.
    (in the glog prefix) and `v`, the VLOG level (set by a VLOG call; a field, `v=N`, in glog). A caller's
    own `ts` (int) and `file` (str) with `line` (int) replace the logger's (the stdlib bridge passes them);
    a caller cannot set the others. The messages the tools look for (the constants below, by these names):
-      - META_EVENT (2.6) and END_RECORD, the last record of a rank whose script ended (`distvlog launch`
-        runs it), both at `distvlog:0`; a W record `<SIGNAL>` + BLOCKED_IN_C or IN_PYTHON + `, at (most
+      - META_EVENT (2.6) and END_RECORD, the last record of a process whose script ended (at its normal
+        exit, whatever started it), both at `distvlog:0`; a W record `<SIGNAL>` + BLOCKED_IN_C or IN_PYTHON + `, at (most
         recent call last):` and the stack, where a signal found the rank;
       - the node log's (Paddle's texts): `<node>(0x..) ` + BEGIN_RUN; banners `=` * 26 + TITLE + `: ` +
         api + `=` * 26 with the titles RUNNING_AD_API, RUNNING_CPP_API, FINISH_CPP_API, FINISH_AD_API;
@@ -204,7 +204,7 @@ META_EVENT = "distvlog-meta"
 META_FIELD = "meta"
 DROPPED = "records dropped"  # the W record a writer adds once it can write again after failing (2.7)
 DROPPED_COUNT, DROPPED_REASON = "dropped", "reason"
-END_RECORD = "the script ended"  # a rank's last record when its script ended (`distvlog launch` runs it)
+END_RECORD = "the script ended"  # a rank's last record when its script ended (at a normal exit)
 # How a rank's process ended when it did not end well, written after its death by the process that ran it
 # (2.8): the message starts with DIED; `status` is its exit status, 128+N after signal N (named in `signal`).
 DIED = "the rank's process ended"

@@ -4,7 +4,8 @@ All ranks get one run id and log root through the environment (`-genv` for MPICH
 `-x` for Open MPI). The launcher is the one next to this Python (the `mpich` wheel's) before any on PATH.
 If this Python's mpi4py would load another MPI's libmpi than the launcher's (the mpich wheel's under a system
 Open MPI's mpirun), the ranks get MPI4PY_LIBMPI pointing at the launcher's own, or the command says why not.
-Ranks run under `distvlog.launch.run`, so an exception in one aborts the job instead of hanging it. Whatever
+Each rank runs under `distvlog.launch.supervise` (its parent) and `distvlog.launch.run` (the script's
+runner), so an exception in one aborts the job instead of hanging it. Whatever
 happened, the run's files are merged into `timeline.log` and the command says where everything is and,
 when a rank failed, which one and why. With `--follow` the merged timeline is shown live while the job runs
 (`distvlog merge --follow`), and the ranks' own output goes to a file in the run directory instead.
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     libmpi = matching_libmpi(launcher, kind)
     env = {**_rank_env(run_id, root, args.n, local=not args.hostfile), **libmpi}
     cmd = mpi_command(launcher, kind, args.n, env, args.hostfile)
-    cmd += [sys.executable, "-m", "distvlog.launch.run", str(script), *args.script_args]
+    cmd += [sys.executable, "-m", "distvlog.launch.supervise", str(script), *args.script_args]
     note = f", MPI4PY_LIBMPI={libmpi['MPI4PY_LIBMPI']}" if libmpi else ""
     print(
         f"distvlog launch: {args.n} ranks with {launcher} ({kind}{note}), run {run_id} in {root}",

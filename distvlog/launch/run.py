@@ -8,8 +8,9 @@ handler can catch. A KeyboardInterrupt (Ctrl-C) aborts it too, with status 130, 
 it was raised. A script that ends normally leaves END_RECORD as its rank's last word, so that
 `distvlog launch` can tell a rank that was killed (SIGKILL, a segfault, `os._exit()`) from one that ended.
 
-The process the launcher starts is the rank's parent (`supervise`): it runs the script in a child and, when
-that child dies badly, writes how (status, signal, a crash's stacks) into the rank's file.
+The process the launcher starts is the rank's parent (`supervise`): it runs this in a child and, when that
+child dies badly, writes how (status, signal, a crash's stacks) into the rank's file. Run without it, a
+crash's stacks go to stderr as faulthandler's usually do.
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ import traceback
 from typing import NoReturn
 
 from ..dist import DataParallelError
-from ..format import END_RECORD
-from ..logger import IDENTITY, SINK, abort_job, log_at, log_failure, log_interrupt
-from . import supervise
+from ..logger import IDENTITY, abort_job, log_end, log_failure, log_interrupt
 from .supervise import CRASH_FD, DUMP_SIGNAL
 
 
@@ -73,17 +72,6 @@ def _report_check(exc: DataParallelError) -> None:
     log_failure(f"Unhandled exception in main thread:\n{text}", exc, exc.__traceback__, fatal=fatal)
 
 
-_end = {"logged": False}
-
-
-def log_end() -> None:
-    """END_RECORD, once per process, flushed at once (the launcher may yet kill this rank, as another's
-    failure ends the job). A rank that never logged gets no file for it."""
-    if SINK.file_open and not _end["logged"]:
-        _end["logged"] = True
-        log_at("info", END_RECORD, None)
-
-
 def _log_end() -> None:
     """The PyTorch adapter's finalize() first, if the script started it (its closing records come before the
     end), then END_RECORD."""
@@ -105,9 +93,8 @@ def _write_crashes_to_parent() -> None:
 def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: python -m distvlog.launch.run script.py [args]")
-    if CRASH_FD not in os.environ:  # the parent that waits for the rank and writes how it died
-        sys.exit(supervise.run(argv))
-    _write_crashes_to_parent()
+    if CRASH_FD in os.environ:
+        _write_crashes_to_parent()
     script = argv[0]
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

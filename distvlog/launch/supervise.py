@@ -1,4 +1,5 @@
-"""The parent of a rank's process under `distvlog launch`: it starts the rank, waits for it and, when the rank
+"""`python -m distvlog.launch.supervise script.py [args]`: the parent of a rank's process under `distvlog
+launch`. It starts the rank (`python -m distvlog.launch.run script.py [args]`), waits for it and, when the rank
 died badly, appends how to the rank's file (the format's DIED record) — what no process can write about its
 own os._exit(), segfault or SIGKILL. It then ends as the rank did (same status, same signal), so the MPI
 launcher sees the rank's own end.
@@ -141,3 +142,9 @@ def _rank_file(pid: int) -> Path | None:
         if meta is not None and meta.get("pid") == pid:
             return path
     return None
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m distvlog.launch.supervise script.py [args]")
+    sys.exit(run(sys.argv[1:]))

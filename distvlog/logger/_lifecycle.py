@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any
 
-from ..format import BLOCKED_IN_C, IN_PYTHON, OWN_FILE, OWN_LINE
+from ..format import BLOCKED_IN_C, END_RECORD, IN_PYTHON, OWN_FILE, OWN_LINE
 from . import _env
 from ._identity import IDENTITY
 from ._logger import unechoed_logger
@@ -41,8 +41,25 @@ def _timer_loop() -> None:
 
 
 def _at_exit() -> None:
+    """A normal exit ends the rank's log with END_RECORD, whatever started the process (an unhandled
+    exception, `sys.last_value`, has logged its F record instead)."""
     SINK.buffer_bytes = 0  # records logged by later exit hooks go straight to the file
+    if not hasattr(sys, "last_value"):
+        log_end()
     SINK.flush()
+
+
+_end = {"logged": False}
+
+
+def log_end() -> None:
+    """END_RECORD, once per process, flushed at once (a launcher may yet kill this rank, as another's
+    failure ends the job): `merge --follow` and `distvlog launch` tell a rank that ended from one that was
+    killed by it. A process that never logged gets no file for it."""
+    if SINK.file_open and not _end["logged"]:
+        _end["logged"] = True
+        with contextlib.suppress(Exception):  # (at exit: nothing may stop the other exit hooks)
+            SINK.write_own("info", END_RECORD)
 
 
 def _chain_to(previous: Any):

@@ -106,6 +106,11 @@ class RankFile:
         if self._deferred_signal:
             self._redeliver()
 
+    def write_own(self, method: str, event: str, **fields: Any) -> None:
+        """A record of the logger's own (at `distvlog:0`), written at once without the processor chain: no
+        user processor or bound context changes it."""
+        self.write_urgent(_own_record(self.renderer, method, event, fields), echo=False)
+
     def flush(self) -> None:
         with self._lock:
             self._flush_locked()

@@ -31,7 +31,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..dist import agree_on_run, clock
 from ..format import CLOCK_END, CLOCK_START
-from ..launch.run import log_end
 from ..logger import IDENTITY, SINK, configure, flush, get_logger, unbind_context
 from ._comm import TorchComm
 
@@ -168,11 +167,10 @@ def _release() -> None:
 
 
 def _at_exit() -> None:
-    """A normal exit finalizes and ends the rank's log with the end record, as `distvlog launch`'s runner
-    does (whatever started this process); after an unhandled exception (`sys.last_value`) nothing collective
+    """A normal exit finalizes, before the logger's own exit hook ends the log with the end record (exit
+    hooks run last-registered first); after an unhandled exception (`sys.last_value`) nothing collective
     runs and the log ends with the failure."""
     if hasattr(sys, "last_value"):
         return
     with contextlib.suppress(Exception):
         finalize()
-    log_end()

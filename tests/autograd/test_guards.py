@@ -15,6 +15,7 @@ import pytest
 import xxhash
 
 import distvlog as dv
+from distvlog.format import END_RECORD
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = re.compile(r"^([IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d{6} \d+ [^:]+:\d+\] \[rank (\d+)\] ", re.M)
@@ -59,7 +60,8 @@ def test_the_paddle_pull_request_example_logs_only_the_multiply_node(tmp_path):
     env.pop("DISTVLOG_V", None), env.pop("GLOG_v", None)
     subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True, timeout=120)
     text = (tmp_path / "latest" / "rank-0.log").read_text()
-    records = split_records(text)[1:]  # after the metadata record
+    records = split_records(text)[1:-1]  # but the meta and end records
+    assert END_RECORD in split_records(text)[-1]
     warnings = [r for r in records if r.startswith("W")]
     assert len(warnings) == 2 and all(
         "Got different data type, run type promotion automatically, this may cause data type been changed." in w

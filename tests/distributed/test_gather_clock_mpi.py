@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from distvlog.dist.gather import CHUNK_BYTES
+from distvlog.format import END_RECORD
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +26,9 @@ def test_gather_brings_node_local_files_to_rank_0(run_mpi, rank_results, n):
         original = Path(got[rank]["path"])
         assert original.parent != run_dir and original.parent.name == run_dir.name  # own root, same run id
         assert original.stat().st_size > CHUNK_BYTES  # so the file travelled in several chunks
-        assert (run_dir / original.name).read_bytes() == original.read_bytes()
+        copy, kept = (run_dir / original.name).read_bytes(), original.read_bytes()
+        assert kept.startswith(copy)  # (gathered at finalize; the end record followed at exit)
+        assert kept[len(copy) :].count(b"\n") == 1 and kept.endswith(f"] [rank {rank}] {END_RECORD}\n".encode())
     assert f"gather: copied {n - 1} files" in (run_dir / "rank-0.log").read_text()
 
 

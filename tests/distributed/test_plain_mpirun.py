@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from distvlog.format import END_RECORD
 from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,3 +84,20 @@ def test_a_failed_check_prints_its_traceback_on_the_culprit_only(tmp_path: Path)
     assert "DataParallelError: DataParallel check before allreduce of bucket 0 of step 3 failed: rank 2" in proc.stderr
     stopped = re.findall(r"\] \[rank (\d)\] DataParallel check failed .* stopped_by=\"rank 2\"", proc.stderr)
     assert sorted(stopped) == ["0", "1", "3"], proc.stderr
+
+
+def test_every_rank_of_a_plain_mpirun_job_ends_its_log_with_the_end_record(tmp_path: Path):
+    """A normal exit writes END_RECORD, whoever started the ranks (here plain mpirun, no `distvlog launch`):
+    `merge --follow` and the launcher's report tell a rank that ended from one that was killed by it."""
+    script = tmp_path / "job.py"
+    script.write_text("import distvlog as dv\ndv.init()\ndv.get_logger('job').info('trained')\n")
+    launcher = find_launcher(None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
+    env.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp_path / "logs"))
+    cmd = mpi_command(launcher, launcher_kind(launcher), 2, {}, None) + [sys.executable, str(script)]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(p for p in (tmp_path / "logs").glob("*/rank-*.log") if p.parent.name != "latest")
+    assert [p.name for p in files] == ["rank-0.log", "rank-1.log"]
+    for path in files:
+        assert path.read_text().splitlines()[-1].endswith(f"distvlog:0] [rank {files.index(path)}] {END_RECORD}")

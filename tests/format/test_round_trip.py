@@ -64,6 +64,8 @@ while head := inp.read(4):
     out.flush()
 """
 
+OWN_EVENTS = (fmt.META_EVENT, fmt.END_RECORD)  # the logger's own records (at OWN_FILE)
+
 
 class Writer:
     """The writing process of one format, and its rank file."""
@@ -142,12 +144,13 @@ def test_what_the_logger_writes_the_tools_read_back(tmp_path, fmt_name):
     finally:
         writer.close()
     records, _ = records_of(writer.path)
-    assert records[0].event == fmt.META_EVENT and len(records) == 1 + len(written)
+    assert records[0].event == fmt.META_EVENT and len(records) == 2 + len(written)
+    assert records[-1].event == fmt.END_RECORD and records[-1].file == fmt.OWN_FILE  # (the writer ended)
     # merge keeps every record, the same, in text and in JSON lines
     for out_format in ("text", "jsonl"):
         out = tmp_path / f"merged.{out_format}"
         assert main(["merge", str(writer.path), "-o", str(out), "--format", out_format]) == 0
-        merged = [r for r in records_of(out)[0] if r.event != fmt.META_EVENT or r.file != fmt.OWN_FILE]
+        merged = [r for r in records_of(out)[0] if r.event not in OWN_EVENTS or r.file != fmt.OWN_FILE]
         assert len(merged) == len(written)
         for record, (severity, message, fields) in zip(merged, written):
             check(record, severity, message, fields)
@@ -182,7 +185,7 @@ def test_a_forged_record_in_a_field_name_and_a_nul_in_a_value_are_data(tmp_path,
     assert main(["diff", str(tmp_path / "logs")]) == 0
     assert capsys.readouterr().out.endswith("no divergence found by the checks that could run\n")
     assert main(["merge", str(tmp_path / "logs"), "-o", str(tmp_path / "timeline.log")]) == 0
-    assert "4 records from 1 file (rank 0: 4) to" in capsys.readouterr().err  # the meta record and all three
-    (_, _, forged, nul), counts = records_of(tmp_path / "timeline.log")
+    assert "5 records from 1 file (rank 0: 5) to" in capsys.readouterr().err  # the meta and end records, all 3
+    (_, _, forged, nul, _), counts = records_of(tmp_path / "timeline.log")
     assert forged.fields == {"n\nE1201 13:00:00.000000 1 parallel.py:1] [rank 1] allreduce mismatch": 1}
     assert nul.fields == {"value": "a\0b"} and not counts.skipped and not counts.torn

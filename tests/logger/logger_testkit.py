@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distvlog.format import END_RECORD, OWN_FILE, OWN_LINE
+
 REPO = Path(__file__).resolve().parents[2]
 HANG_TIMEOUT_S = 120
 # The glog prefix, exactly (issue 3), and the same with its parts captured.
@@ -64,7 +66,8 @@ class Record:
 class GlogFile:
     header: list[str]
     meta: dict[str, Any]
-    records: list[Record]  # the meta record excluded
+    records: list[Record]  # the meta record and the end record excluded
+    ended: bool  # whether the file has END_RECORD (the script ended: the logger's exit hook wrote it)
 
 
 def read_glog(path: Path) -> GlogFile:
@@ -105,7 +108,9 @@ def read_glog(path: Path) -> GlogFile:
         rec.first = rec.first[: declared.start()] if declared else rec.first
     assert records and records[0].first.startswith(META_PREFIX), f"{path} has no meta record"
     meta = json.loads(records[0].first[len(META_PREFIX) :])
-    return GlogFile(lines[:3], meta, records[1:])
+    kept = [r for r in records[1:] if (r.file, r.line, r.first) != (OWN_FILE, OWN_LINE, END_RECORD)]
+    assert len(records) - 1 - len(kept) <= 1, f"{path}: more than one end record"
+    return GlogFile(lines[:3], meta, kept, len(kept) < len(records) - 1)
 
 
 def read_jsonl(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -114,7 +119,7 @@ def read_jsonl(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     assert data.endswith(b"\n"), f"{path} ends inside a record"
     objs = [json.loads(line) for line in data.decode("utf-8").split("\n")[:-1]]
     assert objs[0]["event"] == "distvlog-meta"
-    return objs[0]["meta"], objs[1:]
+    return objs[0]["meta"], [o for o in objs[1:] if (o["event"], o["file"]) != (END_RECORD, OWN_FILE)]
 
 
 def line_of(code: str, marker: str) -> int:

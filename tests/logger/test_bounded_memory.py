@@ -3,6 +3,8 @@ margin of the peak after the first tenth."""
 
 from __future__ import annotations
 
+from distvlog.format import END_RECORD
+
 MANY = """
 import resource
 import numpy as np
@@ -26,8 +28,7 @@ def test_memory_stays_bounded(scripts):
     run = scripts.run(MANY)
     tenth, full = map(int, run.proc.stdout.split())
     assert full - tenth < MARGIN_KIB, f"peak RSS grew from {tenth} KiB to {full} KiB"
-    assert (
-        run.only_file()
-        .read_bytes()
-        .endswith(b"] [rank 0] step 299999 done step=299999 loss=149999.5 shape=[299999,3]\n")
+    last, end = run.only_file().read_bytes().rstrip(b"\n").rsplit(b"\n", 2)[-2:]
+    assert last.endswith(b"] [rank 0] step 299999 done step=299999 loss=149999.5 shape=[299999,3]") and end.endswith(
+        END_RECORD.encode()
     )

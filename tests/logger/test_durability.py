@@ -13,6 +13,8 @@ import time
 import pytest
 from logger_testkit import finish, line_of, read_glog, wait_for_line, wait_until
 
+from distvlog.format import END_RECORD
+
 
 def _ids(records) -> list[int]:
     """The `i=` field of every record, checking that they are 0, 1, 2, ... without gaps or repeats."""
@@ -459,3 +461,19 @@ def test_warnings_and_the_end_of_a_backward_pass_flush(scripts):
     buffered, urgent, backward, again = map(int, run.proc.stdout.split())
     assert (buffered, urgent) == (header, header + 2)
     assert backward > urgent + 10 and again == backward
+
+
+@pytest.mark.parametrize(
+    "ending, ends_with_end_record",
+    [("pass", True), ("raise SystemExit(3)", True), ("1 / 0", False)],
+    ids=["normal", "sys.exit(3)", "exception"],
+)
+def test_a_script_that_ends_leaves_the_end_record_and_one_that_fails_its_failure(scripts, ending, ends_with_end_record):
+    """At exit the logger writes END_RECORD (once) as the last record; an unhandled exception's F record is
+    the last record instead."""
+    run = scripts.run(f"import distvlog.logger as dlog\ndlog.get_logger().info('work')\n{ending}\n", rc=None)
+    logged = read_glog(scripts.only_file())
+    assert logged.ended is ends_with_end_record, run.proc.stderr
+    assert END_RECORD not in [r.first for r in logged.records]  # once, as the last record
+    if not ends_with_end_record:
+        assert logged.records[-1].severity == "F" and "ZeroDivisionError" in logged.records[-1].text

@@ -64,6 +64,10 @@ def test_lnav_parses_every_record(scripts):
     glog = read_glog(path)
     assert sum(len(r.more) for r in glog.records) > 50  # a multi-line heavy file
     expected = (
-        [(n, "unknown") for n in range(3)] + [(3, "info")] + [(r.lineno, LEVELS[r.severity]) for r in glog.records]
+        [(n, "unknown") for n in range(3)]
+        + [(3, "info")]
+        + [(r.lineno, LEVELS[r.severity]) for r in glog.records]
+        + [(path.read_text().count("\n") - 1, "info")]  # the end record
     )
+    assert glog.ended
     assert _lnav_rows(path, scripts.tmp) == expected

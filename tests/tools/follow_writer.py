@@ -1,7 +1,7 @@
 """A rank of a job that `merge --follow` watches: it logs COUNT records PAUSE seconds apart (every fifth one
 spans three lines), starting after START seconds; with DIE_AT it SIGKILLs itself before record DIE_AT.
 
-    python -m distvlog.launch.run follow_writer.py COUNT PAUSE [START [DIE_AT]]
+    python -m distvlog.launch.supervise follow_writer.py COUNT PAUSE [START [DIE_AT]]
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_round_trip_every_record_once_whole_and_in_order(tmp_path, cli, glog_run
     text = (tmp_path / "m.log").read_text()
     assert text.startswith("Log file created at: ") and "Merged by distvlog: 4 files" in text
     records = split_records(text)
-    tags = [TAG.search(r).group(0) for r in records if "distvlog-meta" not in r]
+    tags = [TAG.search(r).group(0) for r in records if " distvlog:0] " not in r]  # (not the meta and end records)
     assert sorted(tags) == sorted(expected_tags(4, 40))  # each exactly once
     for r in records:
         rank = re.search(r"\] \[rank (\d+)\] ", r).group(1)
@@ -51,7 +51,7 @@ def test_round_trip_every_record_once_whole_and_in_order(tmp_path, cli, glog_run
     back = read_back(tmp_path / "m.log")
     keys = [(rec.ts, rec.rank) for rec in back]
     assert keys == sorted(keys) and len(back) == len(records)  # time order, ties by rank
-    assert "484 records from 4 files (ranks 0-3: 121 each)" in err
+    assert "488 records from 4 files (ranks 0-3: 122 each)" in err  # 120 written, the meta and end records
     assert err.count("\n") == 1 and "0 lines skipped" in err
 
 
@@ -107,7 +107,7 @@ def test_json_lines_output(tmp_path, cli, jsonl_run):
     code, out, _ = cli("merge", jsonl_run, "--format", "jsonl")
     objs = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [o["ts"] for o in objs] == sorted(o["ts"] for o in objs)
-    assert sorted(TAG.search(o["event"]).group(0) for o in objs if o["event"] != "distvlog-meta") == sorted(
+    assert sorted(TAG.search(o["event"]).group(0) for o in objs if o["file"] != "distvlog") == sorted(
         expected_tags(2, 20)
     )
     plain = next(o for o in objs if o["event"].startswith("plain"))
@@ -295,7 +295,7 @@ def test_json_lines_input_becomes_glog_text_with_whole_timestamps(cli, jsonl_run
     code, out, _ = cli("merge", jsonl_run)
     assert code == 0
     records = split_records(out)
-    assert sorted(TAG.search(r).group(0) for r in records if "distvlog-meta" not in r) == sorted(expected_tags(2, 20))
+    assert sorted(TAG.search(r).group(0) for r in records if " distvlog:0] " not in r) == sorted(expected_tags(2, 20))
     assert all(re.match(r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ [^:]+:\d+\] \[rank \d\] ", r) for r in records)
 
 
@@ -303,7 +303,7 @@ def test_dash_is_standard_output_and_paths_may_follow_options(tmp_path, cli, glo
     files = sorted(glog_run.glob("rank-*.log"))
     code, out, err = cli("merge", files[0], "--ranks", "0-1", files[1], "-o", "-")
     assert code == 0 and not (tmp_path / "-").exists()
-    assert "to stdout" in err and "(ranks 0,1: 121 each)" in err
+    assert "to stdout" in err and "(ranks 0,1: 122 each)" in err
     assert {int(r) for r in re.findall(r"\] \[rank (\d+)\] ", out)} == {0, 1}
 
 

@@ -1,7 +1,7 @@
 """`distvlog merge --follow`: the timeline of a running job, from real rank processes writing while it runs.
 
 Ranks are real processes (RANK/WORLD_SIZE, as torchrun starts them) running follow_writer.py under
-`distvlog.launch.run`; follow runs as the `distvlog` command. Order and completeness are asserted exactly,
+`distvlog.launch.supervise`; follow runs as the `distvlog` command. Order and completeness are asserted exactly,
 against `distvlog merge` of the same files afterwards; times only loosely (a loaded 2-core machine), and
 timeouts only guard against hangs.
 """
@@ -39,7 +39,7 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
 def start_rank(tmp: Path, rank: int, *args: object, launched: bool = True) -> subprocess.Popen:
     """One rank of a WORLD-rank job writing into run `live`: follow_writer.py ARGS, run as `distvlog launch`
     runs a rank (its end record at the end; a parent that records how it died) or as a plain script."""
-    runner = ["-m", "distvlog.launch.run"] if launched else []
+    runner = ["-m", "distvlog.launch.supervise"] if launched else []
     return subprocess.Popen(
         [sys.executable, *runner, str(WRITER), *map(str, args)],
         env=_env(tmp, RANK=str(rank), WORLD_SIZE=str(WORLD)),
