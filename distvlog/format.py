@@ -90,8 +90,9 @@ written from it alone reads every file distvlog writes.
 
 2.8 How a rank's process ended, when it ended badly: `distvlog launch` runs each rank under a parent that
     waits for it and then appends to its file an F record at `distvlog:0` whose message starts with DIED
-    (`the rank's process ended`), with the fields `status` (the exit status, 128+N after signal N) and, after
-    a signal, `signal` (its name). A crash's Python stacks (what faulthandler printed: a segfault, an abort)
+    (`the rank's process ended`), with the fields `status` (the exit status, 128+N after signal N), `parent`
+    (the parent's pid: the one the MPI launcher knows and names in its own messages) and, after a signal,
+    `signal` (its name). A crash's Python stacks (what faulthandler printed: a segfault, an abort)
     are the record's continuation lines. It is the file's last record; its time is when the parent saw the
     death, so the first of several ranks to die is the one with the earliest such record.
     When SIGTERM or SIGINT reaches the parent, it has the rank's faulthandler print the stack of every thread
@@ -208,7 +209,7 @@ END_RECORD = "the script ended"  # a rank's last record when its script ended (a
 # How a rank's process ended when it did not end well, written after its death by the process that ran it
 # (2.8): the message starts with DIED; `status` is its exit status, 128+N after signal N (named in `signal`).
 DIED = "the rank's process ended"
-DIED_STATUS, DIED_SIGNAL = "status", "signal"
+DIED_STATUS, DIED_SIGNAL, DIED_PARENT = "status", "signal", "parent"
 # Where a signal found a rank's main thread: the first words after the signal's name in its W record.
 BLOCKED_IN_C = " arrived while the main thread was blocked in C"
 IN_PYTHON = " arrived while the main thread was running Python"

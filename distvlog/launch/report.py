@@ -243,7 +243,9 @@ def after_run(run_dir: Path, ranks: int, code: int, started: float) -> int:
     culprit = None if failed or named else _first_death(found)
     if culprit is not None:  # no exception: the first rank whose process died badly ended the job
         rank, record = culprit
-        _say(f"rank {rank} (pid {found.pids.get(rank)}) ended the job: its process {death_text(record)}")
+        parent = record.fields.get(fmt.DIED_PARENT)  # (the pid in the MPI launcher's own banner)
+        pids = f"pid {found.pids.get(rank)}" + (f"; its parent, pid {parent}, in MPI's messages" if parent else "")
+        _say(f"rank {rank} ({pids}) ended the job: its process {death_text(record)}")
         code = record.fields.get(fmt.DIED_STATUS) or code
         failed = {rank: record}
     else:

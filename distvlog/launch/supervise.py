@@ -116,11 +116,12 @@ def _record_death(pid: int, status: int, signum: int | None, stacks: str) -> Non
     path = _rank_file(pid)
     if path is None:
         return
+    fields = {fmt.DIED_STATUS: status, fmt.DIED_PARENT: os.getpid()}
     if signum is not None:
         name = signal.Signals(signum).name
-        how, fields = f"killed by {name} (status {status})", {fmt.DIED_STATUS: status, fmt.DIED_SIGNAL: name}
+        how, fields = f"killed by {name} (status {status})", {**fields, fmt.DIED_SIGNAL: name}
     else:
-        how, fields = f"exited with status {status}", {fmt.DIED_STATUS: status}
+        how = f"exited with status {status}"
     with contextlib.suppress(OSError):
         append_record(path, "critical", f"{fmt.DIED}: {how}" + (f"\n{stacks}" if stacks else ""), **fields)
 
