@@ -33,8 +33,11 @@ _PR_SET_PDEATHSIG = 1
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
 
-def _die_with_parent() -> None:
-    """In the rank, before exec: SIGKILL when this parent dies (a launcher's SIGKILL reaches both)."""
+def _rank_preexec() -> None:
+    """In the rank, before exec: a process group of its own, so that a signal the MPI launcher sends to our
+    group reaches it once, through this parent (twice, the second would end its hold at once: see the
+    logger's SIGTERM handler); and SIGKILL when this parent dies (a launcher's SIGKILL reaches both)."""
+    os.setpgid(0, 0)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
@@ -48,7 +51,7 @@ def run(argv: list[str]) -> int:
         [sys.executable, "-m", "distvlog.launch.run", *argv],
         env={**os.environ, CRASH_FD: str(write_end)},
         close_fds=False,  # the launcher's own descriptors (Hydra's PMI_FD) are the rank's
-        preexec_fn=_die_with_parent,
+        preexec_fn=_rank_preexec,
     )
     os.close(write_end)
     pipe = _Pipe(read_end, rank.pid)

@@ -305,12 +305,6 @@ def _signal_once_ready(
     return proc, err
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="about 1 run in 5 the rank running Python dies by SIGTERM before its handler's record is read, and the "
-    "report names it as the rank that ended the job (at the right line) instead of saying where each rank was: "
-    "issue 20 item 3, open",
-)
 def test_sigterm_to_a_job_hung_in_python_and_in_c_says_where_each_rank_was(start_cli, tmp_path):
     """Rank 1 runs Python, so SIGTERM's handler runs in it at once and would end it, and the launcher would
     then kill rank 0 before its watcher could log where it was blocked: the handler logs where rank 1 was

@@ -60,6 +60,14 @@ def start_follow(tmp: Path, *args: object) -> subprocess.Popen:
     )
 
 
+def written(tmp: Path, ranks: int) -> None:
+    """Wait until `ranks` rank files of run `live` hold their first tick (the timeout guards against hangs)."""
+    deadline = time.monotonic() + HANG_S
+    while sum(b"] tick 0" in p.read_bytes() for p in (tmp / "logs" / "live").glob("rank-*.log")) < ranks:
+        assert time.monotonic() < deadline, "the ranks did not start"
+        time.sleep(0.05)
+
+
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
     """Wait for follow to end by itself: its exit code and stderr."""
     _, err = proc.communicate(timeout=HANG_S)
@@ -153,8 +161,9 @@ def test_a_killed_rank_is_named_and_the_others_followed_to_their_end(tmp_path):
     """Rank 1, a plain script (no end record, no parent to say how it died), SIGKILLs itself before its 12th
     record: follow finds its pid gone and says so once, prints what it wrote, and goes on until the other
     ranks end."""
-    follow = start_follow(tmp_path, "logs/live", "-o", "out.log")
     ranks = [start_rank(tmp_path, r, 30, 0.07, 0, 11 if r == 1 else -1, launched=r != 1) for r in range(WORLD)]
+    written(tmp_path, WORLD)  # (on a loaded machine follow could see rank 1 die before the others started)
+    follow = start_follow(tmp_path, "logs/live", "-o", "out.log")
     codes = [rank.wait(timeout=HANG_S) for rank in ranks]
     assert codes == [0, -signal.SIGKILL, 0, 0]
     code, err = finish(follow)
@@ -169,8 +178,9 @@ def test_a_killed_rank_is_named_and_the_others_followed_to_their_end(tmp_path):
 def test_no_rank_writing_for_the_idle_time_ends_it(tmp_path):
     """Rank 0 hangs after its first record while the others end: follow ends after --idle seconds, having
     printed everything."""
-    follow = start_follow(tmp_path, "logs/live", "-o", "out.log", "--idle", "3")
     ranks = [start_rank(tmp_path, r, 2, 0.05 if r else 600) for r in range(WORLD)]
+    written(tmp_path, WORLD)  # (else a rank still starting on a loaded machine could be idle for 3 s)
+    follow = start_follow(tmp_path, "logs/live", "-o", "out.log", "--idle", "3")
     try:
         code, err = finish(follow)
     finally:
