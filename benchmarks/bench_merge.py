@@ -35,6 +35,7 @@ from distvlog.tools.read import restamp  # noqa: E402
 
 _STAMP = b"I0000 00:00:00.000000"  # the digits are written per record
 START_US = 1_796_004_674_000_000
+GNU_TIME = shutil.which("time")  # /usr/bin/time (see timed); without it, RSS figures include ours
 # (template, share of records). '#' runs are filled per record: node number, pointer, pass/step, norm.
 SHORT = [
     (
@@ -146,22 +147,37 @@ def merge_command(files: list[Path], out: Path) -> list[str]:
     return [sys.executable, "-m", "distvlog", "merge"] + [str(f) for f in files] + ["-o", str(out)]
 
 
-def timed(cmd: list[str], out: Path) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of a command (LC_ALL=C: sort's fastest comparison).
+def timed(cmd: list[str], out: Path) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (KiB) and CPU seconds (user + system) of a command (LC_ALL=C: sort's fastest
+    comparison). On a machine shared with other work the CPU seconds are the steadier figure: wall time
+    there is mostly waiting for a core.
 
     Each starts alike: no output file from the run before (whose deletion one would pay, the other not) and
-    nothing left to write back from it (else later rounds run slower and slower as dirty pages pile up)."""
+    nothing left to write back from it (else later rounds run slower and slower as dirty pages pile up).
+    The peak RSS is GNU time's, which forks the command from its own small process: a child forked from
+    this one starts with this process's RSS as its high-water mark (Linux keeps it across exec), so
+    wait4's figure would be at least the benchmark's own (~130 MB after generating the inputs)."""
     env = dict(os.environ, LC_ALL="C", PYTHONPATH=str(ROOT))
     out.unlink(missing_ok=True)
+    rss_file = out.with_name(out.name + ".rss")
     os.sync()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [GNU_TIME, "-f", "%M %U %S", "-o", str(rss_file), *cmd] if GNU_TIME else cmd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{cmd[0]} failed: {proc.stderr.read().decode()[-2000:]}")
     proc.stderr.close()
-    return wall, usage.ru_maxrss
+    if GNU_TIME:
+        rss, user, system = rss_file.read_text().split()[-3:]
+        rss_file.unlink()
+        return wall, int(rss), float(user) + float(system)
+    return wall, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
 def one_config(tmp: Path, ranks: int, kind: str, mb: int, rounds: int) -> dict:
@@ -173,13 +189,13 @@ def one_config(tmp: Path, ranks: int, kind: str, mb: int, rounds: int) -> dict:
     size = sum(generate(f, r, n, seed=r, ranks=ranks, kind=kind) for r, f in enumerate(files))
     out = tmp / "out.log"
     runs = {"merge": merge_command(files, out), "sort": sort_command(files, out)}
-    got: dict[str, list[tuple[float, int]]] = {name: [] for name in runs}
+    got: dict[str, list[tuple[float, int, float]]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, cmd in runs.items():
             got[name].append(timed(cmd, out))
     shutil.rmtree(run)
-    med = {name: statistics.median(t for t, _ in v) for name, v in got.items()}
-    rss = {name: max(r for _, r in v) for name, v in got.items()}
+    med = {name: statistics.median(t for t, _, _ in v) for name, v in got.items()}
+    rss = {name: max(r for _, r, _ in v) for name, v in got.items()}
     return {"ranks": ranks, "kind": kind, "records": n * ranks, "mb": size / 1e6, "time": med, "rss_kb": rss}
 
 
