@@ -6,7 +6,8 @@ declaring their `+lines`), two threads per rank with slightly out-of-order stamp
 bytes) or long ones (~1 KB: a gradient's values in a field). The reference is
 `LC_ALL=C sort -m -s -k1.2,2` on the timestamp keys, same files: it tears multi-line records apart, does no
 clock correction and merges more than 16 files in passes; it is the speed reference, not the same job.
-Contenders run interleaved, `--rounds` times each; medians are reported, with each one's peak RSS.
+Contenders run interleaved, `--rounds` times each; medians are reported (wall time, and CPU time: the
+steadier ratio on a shared machine), with each one's peak RSS.
 
     python benchmarks/bench_merge.py [--ranks 4,64,256,1024] [--mb 200] [--rounds 3]
 """
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -180,7 +182,16 @@ def timed(cmd: list[str], out: Path) -> tuple[float, int, float]:
     return wall, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
-def one_config(tmp: Path, ranks: int, kind: str, mb: int, rounds: int) -> dict:
+Commands = Callable[[list[Path], Path], dict[str, list[str]]]
+
+
+def merge_and_sort(files: list[Path], out: Path) -> dict[str, list[str]]:
+    return {"merge": merge_command(files, out), "sort": sort_command(files, out)}
+
+
+def one_config(tmp: Path, ranks: int, kind: str, mb: int, rounds: int, commands: Commands = merge_and_sort) -> dict:
+    """Rank files of about `mb` MB generated, the contenders (`commands(files, out)`, name -> command) run on
+    them in turn `rounds` times; their median wall and CPU seconds and their peak RSS."""
     run = tmp / f"{ranks}-{kind}"
     run.mkdir()
     per_record = 170 if kind == "short" else 1100
@@ -188,15 +199,22 @@ def one_config(tmp: Path, ranks: int, kind: str, mb: int, rounds: int) -> dict:
     files = [run / f"rank-{r}.log" for r in range(ranks)]
     size = sum(generate(f, r, n, seed=r, ranks=ranks, kind=kind) for r, f in enumerate(files))
     out = tmp / "out.log"
-    runs = {"merge": merge_command(files, out), "sort": sort_command(files, out)}
+    runs = commands(files, out)
     got: dict[str, list[tuple[float, int, float]]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, cmd in runs.items():
             got[name].append(timed(cmd, out))
+    out.unlink(missing_ok=True)
     shutil.rmtree(run)
-    med = {name: statistics.median(t for t, _, _ in v) for name, v in got.items()}
-    rss = {name: max(r for _, r, _ in v) for name, v in got.items()}
-    return {"ranks": ranks, "kind": kind, "records": n * ranks, "mb": size / 1e6, "time": med, "rss_kb": rss}
+    return {
+        "ranks": ranks,
+        "kind": kind,
+        "records": n * ranks,
+        "mb": size / 1e6,
+        "time": {name: statistics.median(t for t, _, _ in v) for name, v in got.items()},
+        "cpu": {name: statistics.median(c for _, _, c in v) for name, v in got.items()},
+        "rss_kb": {name: max(r for _, r, _ in v) for name, v in got.items()},
+    }
 
 
 def main() -> None:
@@ -211,16 +229,18 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # sort -m opens every file too
     tmp = Path(tempfile.mkdtemp(prefix="bench_merge.", dir=args.dir))
     print(
-        f"{'ranks':>5} {'records':>6} {'input':>8} {'merge':>8} {'sort -m':>8} {'ratio':>6} {'merge RSS':>10} {'sort RSS':>9}"
+        f"{'ranks':>5} {'records':>6} {'input':>8} {'merge':>8} {'sort -m':>8} {'ratio':>6} {'CPU ratio':>9} "
+        f"{'merge RSS':>10} {'sort RSS':>9}"
     )
     try:
         for ranks in map(int, args.ranks.split(",")):
             for kind in args.kinds.split(","):
                 r = one_config(tmp, ranks, kind, args.mb, args.rounds)
-                t, rss = r["time"], r["rss_kb"]
+                t, cpu, rss = r["time"], r["cpu"], r["rss_kb"]
                 print(
                     f"{ranks:>5} {kind:>7} {r['mb']:>6.0f}MB {t['merge']:>7.2f}s {t['sort']:>7.2f}s "
-                    f"{t['merge'] / t['sort']:>5.2f}x {rss['merge'] / 1024:>8.0f}MB {rss['sort'] / 1024:>7.0f}MB",
+                    f"{t['merge'] / t['sort']:>5.2f}x {cpu['merge'] / max(cpu['sort'], 0.01):>8.2f}x "
+                    f"{rss['merge'] / 1024:>8.0f}MB {rss['sort'] / 1024:>7.0f}MB",
                     flush=True,
                 )
     finally:
