@@ -2,20 +2,22 @@
 
 Contenders, each a process timed with its peak RSS (bench_merge.timed), interleaved, medians of `--rounds`:
   merge      `distvlog merge` (numpy/pyarrow blocks, bounded memory)
-  merge-2p   the same with the files parsed by 2 worker processes (a merge of two halves, merged again)
+  parse      our reader alone, no merge and no output (what the merge costs beyond parsing)
+  merge-2p   `distvlog merge` of each half of the files in its own process (at once), the two then merged
   polars     polars' CSV reader on the lines, the record boundaries carried as a forward-filled key, one
              sort by (corrected time, rank, line number), written by polars' CSV writer (streaming engine)
+  polars-ms  the same lines, each file sorted on its own, then a balanced tree of polars' `merge_sorted`
   duckdb     the same in SQL: read_text, lines with their number, a window for the record's time, ORDER BY,
              COPY to a file
   sort -m    GNU `LC_ALL=C sort -m -s` on the stamps (tears multi-line records: the speed reference)
   cat>out    the files copied to the output (the I/O floor: read and write the bytes, nothing else)
   cat        the files read to /dev/null (reading only)
-Every contender but the references is first checked on small inputs (short and long records, multi-line,
+Every contender that writes a timeline is first checked on small inputs (short and long records, multi-line,
 out-of-order threads, clock offsets): its records must equal `distvlog merge`'s, byte for byte, in order (the
 headers differ: only ours writes the merged timeline's header). One that differs is reported and not timed.
 
     python benchmarks/bench_merge_alternatives.py [--ranks 4,64,256] [--mb 150] [--rounds 3]
-        [--contenders merge,merge-2p,polars,duckdb,sort,cat-out,cat]
+        [--contenders merge,parse,merge-2p,polars,polars-ms,duckdb,sort,cat-out,cat]
 """
 
 from __future__ import annotations
@@ -26,19 +28,18 @@ import os
 import re
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_merge import generate, merge_command, sort_command, timed  # noqa: E402
+from bench_merge import generate, merge_command, one_config, sort_command, timed  # noqa: E402
 
 HERE = Path(__file__).resolve()
 STAMP = r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} "  # a record's first line (a continuation line has no stamp)
-NAMES = ["merge", "merge-2p", "polars", "duckdb", "sort", "cat-out", "cat"]
-REFERENCES = {"sort", "cat-out", "cat"}  # not the same job: timed, not checked
+NAMES = ["merge", "parse", "merge-2p", "polars", "polars-ms", "duckdb", "sort", "cat-out", "cat"]
+REFERENCES = {"parse", "sort", "cat-out", "cat"}  # not the same job: timed, not checked
 
 
 def head(path: Path) -> tuple[int, int, list[tuple[float, int]]]:
@@ -52,7 +53,9 @@ def head(path: Path) -> tuple[int, int, list[tuple[float, int]]]:
     raise SystemExit(f"{path}: no distvlog-meta record")
 
 
-def merge_polars(files: list[Path], out: Path) -> None:
+def _polars_frames(files: list[Path]) -> list:
+    """Each file as a polars LazyFrame of its lines (ts, rank, n, line): the record's corrected time on each
+    of its lines, the line number in the file, the first line restamped; the header lines dropped."""
     import polars as pl
 
     frames = []
@@ -86,12 +89,27 @@ def merge_polars(files: list[Path], out: Path) -> None:
             )
             .select("ts", "rank", "n", "line")
         )
-    (
-        pl.concat(frames)
-        .sort("ts", "rank", "n")
-        .select("line")
-        .sink_csv(out, include_header=False, separator="\x01", quote_style="never", engine="streaming")
-    )
+    return frames
+
+
+def _sink(frame, out: Path) -> None:
+    frame.select("line").sink_csv(out, include_header=False, separator="\x01", quote_style="never", engine="streaming")
+
+
+def merge_polars(files: list[Path], out: Path) -> None:
+    """One sort of all the files' lines."""
+    import polars as pl
+
+    _sink(pl.concat(_polars_frames(files)).sort("ts", "rank", "n"), out)
+
+
+def merge_polars_sorted(files: list[Path], out: Path) -> None:
+    """Each file sorted on its own, then merged pairwise in a balanced tree of `merge_sorted` (ties go left,
+    to the lower ranks), which polars' streaming engine can run without holding every file."""
+    frames = [f.sort("ts", "n") for f in _polars_frames(files)]
+    while len(frames) > 1:
+        frames = [a.merge_sorted(b, key="ts") for a, b in zip(frames[::2], frames[1::2])] + frames[len(frames) & ~1 :]
+    _sink(frames[0], out)
 
 
 def merge_duckdb(files: list[Path], out: Path) -> None:
@@ -145,7 +163,23 @@ def merge_two_processes(files: list[Path], out: Path) -> None:
         p.unlink()
 
 
-RUNNERS = {"polars": merge_polars, "duckdb": merge_duckdb, "merge-2p": merge_two_processes}
+def parse_only(files: list[Path], out: Path) -> None:
+    """Our reader alone: every block of every file parsed (records found, stamps read, clock-corrected and
+    rewritten), nothing merged or written. What `merge` costs beyond it is the merge, the gather, the write."""
+    from distvlog.tools.read import open_sources
+
+    for source in open_sources([str(f) for f in files]):
+        while (block := source.next_block()) is not None:
+            block.release()
+
+
+RUNNERS = {
+    "parse": parse_only,
+    "polars": merge_polars,
+    "polars-ms": merge_polars_sorted,
+    "duckdb": merge_duckdb,
+    "merge-2p": merge_two_processes,
+}
 
 
 def command(name: str, files: list[Path], out: Path) -> list[str]:
@@ -162,7 +196,7 @@ def command(name: str, files: list[Path], out: Path) -> list[str]:
 
 def available(name: str) -> str | None:
     """Why a contender cannot run here (its library is missing), or None."""
-    module = {"polars": "polars", "duckdb": "duckdb"}.get(name)
+    module = {"polars": "polars", "polars-ms": "polars", "duckdb": "duckdb"}.get(name)
     if module is None:
         return None
     try:
@@ -206,28 +240,6 @@ def check(names: list[str], tmp: Path) -> dict[str, str]:
     return bad
 
 
-def one_config(tmp: Path, names: list[str], ranks: int, kind: str, mb: int, rounds: int) -> dict:
-    run = tmp / f"{ranks}-{kind}"
-    run.mkdir()
-    per_record = 170 if kind == "short" else 1100
-    n = max(10, mb * 1_000_000 // per_record // ranks)
-    files = [run / f"rank-{r}.log" for r in range(ranks)]
-    size = sum(generate(f, r, n, seed=r, ranks=ranks, kind=kind) for r, f in enumerate(files))
-    out = tmp / "out.log"
-    got: dict[str, list[tuple[float, int, float]]] = {name: [] for name in names}
-    for _ in range(rounds):
-        for name in names:
-            got[name].append(timed(command(name, files, out), out))
-    out.unlink(missing_ok=True)
-    shutil.rmtree(run)
-    return {
-        "mb": size / 1e6,
-        "wall": {name: statistics.median(w for w, _, _ in v) for name, v in got.items()},
-        "cpu": {name: statistics.median(c for _, _, c in v) for name, v in got.items()},
-        "rss_kb": {name: max(r for _, r, _ in v) for name, v in got.items()},
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", default="4,64,256", help="rank counts, comma-separated")
@@ -264,8 +276,15 @@ def main() -> None:
         )
         for ranks in map(int, args.ranks.split(",")):
             for kind in args.kinds.split(","):
-                r = one_config(tmp, names, ranks, kind, args.mb, args.rounds)
-                wall, cpu, rss = r["wall"], r["cpu"], r["rss_kb"]
+                r = one_config(
+                    tmp,
+                    ranks,
+                    kind,
+                    args.mb,
+                    args.rounds,
+                    lambda files, out: {n: command(n, files, out) for n in names},
+                )
+                wall, cpu, rss = r["time"], r["cpu"], r["rss_kb"]
                 for name in names:
                     print(
                         f"{ranks:>5} {kind:>7} {r['mb']:>5.0f}MB {name:>9} {wall[name]:>6.2f}s "
