@@ -217,13 +217,18 @@ def one_config(tmp: Path, ranks: int, kind: str, mb: int, rounds: int, commands:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", default="4,64,256,1024", help="rank counts, comma-separated")
+def add_config_arguments(parser: argparse.ArgumentParser, ranks: str, mb: int) -> None:
+    """The configurations to run (rank counts, record kinds, size) and how (rounds, where)."""
+    parser.add_argument("--ranks", default=ranks, help="rank counts, comma-separated")
     parser.add_argument("--kinds", default="short,long")
-    parser.add_argument("--mb", type=int, default=200, help="input size per configuration (MB)")
+    parser.add_argument("--mb", type=int, default=mb, help="input size per configuration (MB)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", help="where to put the generated files (default: a temp dir)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_config_arguments(parser, "4,64,256,1024", 200)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # sort -m opens every file too

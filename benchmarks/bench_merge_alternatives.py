@@ -34,7 +34,14 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_merge import generate, merge_command, one_config, sort_command, timed  # noqa: E402
+from bench_merge import (  # noqa: E402
+    add_config_arguments,
+    generate,
+    merge_command,
+    one_config,
+    sort_command,
+    timed,
+)
 
 HERE = Path(__file__).resolve()
 STAMP = r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} "  # a record's first line (a continuation line has no stamp)
@@ -242,12 +249,8 @@ def check(names: list[str], tmp: Path) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", default="4,64,256", help="rank counts, comma-separated")
-    parser.add_argument("--kinds", default="short,long")
-    parser.add_argument("--mb", type=int, default=150, help="input size per configuration (MB)")
-    parser.add_argument("--rounds", type=int, default=3)
+    add_config_arguments(parser, "4,64,256", 150)
     parser.add_argument("--contenders", default=",".join(NAMES))
-    parser.add_argument("--dir", help="where to put the generated files (default: a temp dir)")
     parser.add_argument("--run", choices=sorted(RUNNERS), help=argparse.SUPPRESS)  # one contender, in this process
     parser.add_argument("-o", dest="out", help=argparse.SUPPRESS)
     parser.add_argument("files", nargs="*", help=argparse.SUPPRESS)
