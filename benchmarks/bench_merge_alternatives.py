@@ -5,16 +5,20 @@ Contenders, each a process timed with its peak RSS (bench_merge.timed), interlea
   parse      our reader alone, no merge and no output (what the merge costs beyond parsing)
   merge-2p   `distvlog merge` of each half of the files in its own process (at once), the two then merged
   polars     polars' CSV reader on the lines, the record boundaries carried as a forward-filled key, one
-             sort by (corrected time, rank, line number), written by polars' CSV writer (streaming engine)
+             sort by (corrected time, rank, line number), written by polars' CSV writer (streaming engine;
+             polars 2.1 at 1,024 files stops with "POLARS_MAX_BLOCKING_THREAD_COUNT reached (512), this
+             may indicate a deadlock": leave it out there)
   polars-ms  the same lines, each file sorted on its own, then a balanced tree of polars' `merge_sorted`
   duckdb     the same in SQL: read_text, lines with their number, a window for the record's time, ORDER BY,
              COPY to a file
-  sort -m    GNU `LC_ALL=C sort -m -s` on the stamps (tears multi-line records: the speed reference)
-  cat>out    the files copied to the output (the I/O floor: read and write the bytes, nothing else)
+  sort       GNU `LC_ALL=C sort -m -s` on the stamps (tears multi-line records: the speed reference)
+  cat-out    the files copied to the output (the I/O floor: read and write the bytes, nothing else)
   cat        the files read to /dev/null (reading only)
 Every contender that writes a timeline is first checked on small inputs (short and long records, multi-line,
 out-of-order threads, clock offsets): its records must equal `distvlog merge`'s, byte for byte, in order (the
 headers differ: only ours writes the merged timeline's header). One that differs is reported and not timed.
+Ratios are to `sort` in the same configuration; CPU seconds (GNU time's user + system, children included)
+are the figure to compare on a shared machine, where wall time is mostly waiting for a core.
 
     python benchmarks/bench_merge_alternatives.py [--ranks 4,64,256] [--mb 150] [--rounds 3]
         [--contenders merge,parse,merge-2p,polars,polars-ms,duckdb,sort,cat-out,cat]
