@@ -23,6 +23,7 @@ mode steps aside (Dynamo would break the graph at it).
 from __future__ import annotations
 
 import contextlib
+import operator
 import sys
 import threading
 from typing import Any
@@ -37,6 +38,8 @@ from ._tag import KEY, SILENT, Tag
 
 _ACCUMULATE_SEQ = (1 << 64) - 1  # AccumulateGrad's _sequence_nr(): never "created since"
 _next_seq = torch._C._autograd._get_sequence_nr
+_push_mode = torch._C._push_on_torch_function_stack  # (TorchFunctionMode.__enter__/__exit__, without their frames)
+_pop_mode = torch._C._pop_torch_function_stack
 _is_compiling = torch.compiler.is_compiling
 _TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
 _DISTVLOG_DIR = __file__.rsplit("/", 2)[0] + "/"
@@ -47,6 +50,7 @@ class _State:
 
     def __init__(self) -> None:
         self.stack: list[list] = []
+        self.loud = 0  # open guards of level >= 3
         self.top: list | None = None  # the innermost open guard, None while none of level >= 3 is open
         self.mode: _Tagger | None = None  # while installed
         self.tagger = _Tagger(self)
@@ -54,15 +58,13 @@ class _State:
     def update(self) -> None:
         """The innermost guard, and the mode installed exactly while one of the open guards logs (a mode
         costs every torch call of the thread, ~3% of a small model's step, even passing calls through)."""
-        stack = self.stack
-        self.top = stack[-1] if stack and any(entry[0] >= 3 for entry in stack) else None
-        if self.top is not None and self.mode is None:
-            self.mode = self.tagger
-            self.mode.__enter__()
-        elif (
-            self.top is None and self.mode is not None and self is getattr(_local, "state", None) and _on_top(self.mode)
-        ):
-            self.mode.__exit__(None, None, None)
+        self.top = self.stack[-1] if self.loud else None
+        if self.top is not None:
+            if self.mode is None:
+                self.mode = self.tagger
+                _push_mode(self.mode)
+        elif self.mode is not None and self is getattr(_local, "state", None) and _on_top(self.mode):
+            _pop_mode()
             self.mode = None
         # (else, when a mode of the user's opened since sits above ours, ours stays, passing calls through,
         # until this thread's next guard reuses it: only the thread itself can remove it, only from the top)
@@ -86,16 +88,14 @@ class _Tagger(TorchFunctionMode):
         self.state = state
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if kwargs is None:
-            kwargs = {}
         top = self.state.top
         if top is None or _is_compiling():
-            return func(*args, **kwargs)
+            return func(*args, **kwargs) if kwargs else func(*args)
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         untracked = first is not None and not first.requires_grad  # (`x.requires_grad_()` makes a leaf of x)
-        out = func(*args, **kwargs)
+        out = func(*args, **kwargs) if kwargs else func(*args)
         try:
-            _tag_outputs(func, out, first, untracked, kwargs.get("out"), top)
+            _tag_outputs(func, out, first, untracked, kwargs.get("out") if kwargs else None, top)
         except Exception as exc:  # a failing tag must never break the user's forward
             report_failure("tagging", exc)
         return out
@@ -122,7 +122,7 @@ def _tag_outputs(func: Any, out: Any, first: torch.Tensor | None, untracked: boo
             _walk(fn, start, created)
         elif t.requires_grad and level >= 3 and (t is not first or untracked):
             _tag_leaf(t, level, getattr(func, "__name__", "tensor"))
-    if created:
+    if created and level >= 3:  # (else they stay marked silent by the walk)
         _tag_nodes(created, level)
 
 
@@ -140,21 +140,24 @@ def _walk(fn: Any, start: int, created: list) -> None:
             continue
         meta[KEY] = SILENT
         created.append((seq, node))
-        todo += [nxt for nxt, _ in node.next_functions if nxt is not None]
+        for nxt, _ in node.next_functions:
+            if nxt is not None:
+                todo.append(nxt)
 
 
 def _tag_nodes(created: list, level: int) -> None:
     """Tag the nodes one call created, numbered in creation order, with the user's forward line (which only
     level 5's grad_stats print)."""
-    if level < 3:
-        return  # (marked SILENT by the walk)
     if len(created) > 1:
-        created.sort(key=lambda item: item[0])
+        created.sort(key=_first)
     site = _user_site() if level >= 5 else None
     for _, node in created:
         node.metadata[KEY] = Tag(level, node.name(), site)
         node.register_prehook(prehook)
         node.register_hook(posthook)
+
+
+_first = operator.itemgetter(0)
 
 
 def _tag_leaf(t: torch.Tensor, level: int, api: str) -> None:
@@ -193,6 +196,7 @@ class backward_vlog_guard(contextlib.ContextDecorator):
         state = self.state = _state()  # this thread's, also when the guard is closed from another thread
         self.entry = [self.level, _next_seq()]
         state.stack.append(self.entry)
+        state.loud += self.level >= 3
         state.update()
 
     def __exit__(self, *exc: object) -> None:
@@ -200,8 +204,11 @@ class backward_vlog_guard(contextlib.ContextDecorator):
         stack = state.stack
         if stack and stack[-1] is entry:
             stack.pop()
-        else:
+        elif any(e is entry for e in stack):
             stack[:] = [e for e in stack if e is not entry]
+        else:
+            return  # closed twice
+        state.loud -= entry[0] >= 3
         state.update()
 
 

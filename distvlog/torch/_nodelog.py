@@ -133,10 +133,10 @@ class _Neighbour:
     """A node a tagged node sends a gradient to: named by its tag, as GradNodeAccumulation for a leaf, else by
     torch's name (`SubBackward0`: a node no guard tagged was never numbered)."""
 
-    __slots__ = ("fn", "name", "out_shape", "out_dtype", "out_name")
+    __slots__ = ("fn", "nr", "name", "out_shape", "out_dtype", "out_name")
 
     def __init__(self, fn: Any, nr: int) -> None:
-        self.fn = fn
+        self.fn, self.nr = fn, nr
         meta = fn._input_metadata[nr]
         shape, dtype = self.out_shape, self.out_dtype = tuple(meta.shape), numpy_dtype(meta.dtype)
         name = fn.name()
@@ -183,11 +183,18 @@ class TorchNode(NodeView):
     def __init__(self, fn: Any, tag: Tag, grad: np.ndarray, state: _Pass) -> None:
         self.fn, self.name, self.seq, self.site = fn, tag.name, tag.seq, tag.site
         self.out_shape, self.out_dtype = grad.shape, grad.dtype
-        views: dict[tuple[int, int], _Neighbour] = {}  # one per next node and slot: `x * x` sends x two
-        self.edges = edges = tuple(
-            None if nxt is None else views.get((id(nxt), nr)) or views.setdefault((id(nxt), nr), _Neighbour(nxt, nr))
-            for nxt, nr in fn.next_functions
-        )
+        edges: list[_Neighbour | None] = []
+        for nxt, nr in fn.next_functions:
+            if nxt is None:
+                edges.append(None)
+                continue
+            for view in edges:  # one view per next node and slot: `x * x` sends x two
+                if view is not None and view.fn is nxt and view.nr == nr:
+                    break
+            else:
+                view = _Neighbour(nxt, nr)
+            edges.append(view)
+        self.edges = edges = tuple(edges)
         inputs, plan = _plan(type(fn), tag.op, len(edges))
         saves: list[str] = []
         self.saved: list[np.ndarray] = []

@@ -8,6 +8,7 @@ from ..autograd.node import Site
 from . import _names
 
 KEY = "distvlog"  # the tag's key in node.metadata
+_kinds: dict[str, tuple[str, str]] = {}  # torch's node name -> (its short name, its Paddle op)
 
 
 class Tag:
@@ -17,12 +18,14 @@ class Tag:
     __slots__ = ("level", "op", "seq", "name", "torch_name", "site")
 
     def __init__(self, level: int, torch_name: str, site: Site | None) -> None:
-        self.level = level
-        self.torch_name = torch_name.rsplit("::", 1)[-1]  # `torch::autograd::CopySlices`: CopySlices
-        self.op = _names.paddle_op(torch_name)
-        self.seq = _names.next_seq(self.op)
-        self.name = f"{self.op}{self.seq}GradNode"
-        self.site = site
+        kind = _kinds.get(torch_name)
+        if kind is None:  # `torch::autograd::CopySlices`: CopySlices, op set_value
+            kind = _kinds[torch_name] = (torch_name.rsplit("::", 1)[-1], _names.paddle_op(torch_name))
+        self.level, self.site = level, site
+        self.torch_name, op = kind
+        self.op = op
+        seq = self.seq = _names.next_seq(op)
+        self.name = f"{op}{seq}GradNode"
 
 
 class _Silent:
