@@ -220,6 +220,23 @@ def test_the_mode_is_installed_only_while_a_guard_that_logs_is_open():
     assert torch._C._len_torch_function_stack() == depth
 
 
+def test_a_guard_closed_twice_leaves_the_outer_guard_logging(records):
+    """Closing an inner guard a second time closes nothing else: the outer guard's mode stays and its nodes
+    log."""
+    depth = torch._C._len_torch_function_stack()
+    x = leaf(2)
+    with dvt.backward_vlog_guard(4):
+        inner = dvt.backward_vlog_guard(5)
+        inner.__enter__()
+        inner.__exit__(None, None, None)
+        inner.__exit__(None, None, None)
+        assert torch._C._len_torch_function_stack() == depth + 1
+        y = torch.exp(x)
+    assert torch._C._len_torch_function_stack() == depth
+    y.sum().backward()
+    assert begun(records) and max(levels(records, "exp")) == 4
+
+
 def test_a_custom_autograd_function_used_inside_is_tagged(records):
     """A custom Function's node (its apply is not a torch call the mode sees) is tagged once an op inside the
     guard uses its output."""
