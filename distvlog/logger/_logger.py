@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,9 +20,9 @@ import structlog
 
 from ..format import PREFIX_FIELDS, V, field_text, pairs_of
 from . import _rules
-from ._clock import now_us
+from ._clock import SKEW_PER_RANK_US, now_us
 from ._identity import IDENTITY
-from ._processors import CONTEXT, add_record_fields, caller_site, skip_frames_of, thread_id
+from ._processors import CONTEXT, SEVERITY, add_record_fields, caller_site, skip_frames_of, thread_id
 from ._render import GlogRenderer, salvage
 from ._sink import SINK
 
@@ -44,16 +45,44 @@ class _ModuleLogger:
 
 def _emitter(method: str) -> Callable[..., None]:
     """One log method: structlog's processor chain, without re-packing keyword arguments on the hot path
-    (the methods are generated, as structlog's own filtering loggers are, to save a call per record)."""
+    (the methods are generated, as structlog's own filtering loggers are, to save a call per record).
+
+    While the chain is distvlog's own (`add_record_fields`, then glog text) and no field is one of the
+    record's own, the record is rendered here, with the same fields in the same order as the chain would
+    (the caller's, then `bind_context`'s not among them): no event dict is built and two calls are saved."""
+    severity = SEVERITY[method]
 
     def emit(self: Logger, event: Any = None, **fields: Any) -> None:
         ed = {**self._context, **fields} if self._context else fields
-        ed["event"] = event
         try:
-            for processor in self._processors:
-                ed = processor(self._logger, method, ed)
-            if type(ed) is not bytes:  # a user renderer that returns text
-                ed = (ed if isinstance(ed, str) else str(ed)).encode() + b"\n"
+            processors = self._processors
+            renderer = processors[-1]
+            ctx = CONTEXT.get()
+            if (
+                len(processors) == 2
+                and type(renderer) is GlogRenderer
+                and processors[0] is add_record_fields
+                and PREFIX_FIELDS.isdisjoint(ed)
+                and (not ctx or PREFIX_FIELDS.isdisjoint(ctx))
+            ):
+                file, line = caller_site(sys._getframe(1))
+                rank = IDENTITY.rank
+                ed = renderer.records(
+                    # (now_us(), inlined: a call costs more than this line)
+                    time.time_ns() // 1000 + (rank * SKEW_PER_RANK_US if SKEW_PER_RANK_US else 0),
+                    severity,
+                    thread_id(),
+                    file,
+                    line,
+                    rank,
+                    ((event, pairs_of(ed) + pairs_of(ctx, ed) if ctx else pairs_of(ed)),),
+                )
+            else:
+                ed["event"] = event
+                for processor in processors:
+                    ed = processor(self._logger, method, ed)
+                if type(ed) is not bytes:  # a user renderer that returns text
+                    ed = (ed if isinstance(ed, str) else str(ed)).encode() + b"\n"
         except structlog.DropEvent:
             return
         except Exception as exc:  # a log call never raises: what could not be rendered becomes placeholders

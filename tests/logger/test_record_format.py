@@ -419,3 +419,55 @@ def test_line_writer_writes_what_the_generic_path_writes(scripts):
     ]
     assert [r.line for r in batches] == [line_of(LINE_WRITER, "batch")] * 2 + [line_of(LINE_WRITER, "generic")] * 3
     assert (batches[0].hms, batches[0].us) == (batches[1].hms, batches[1].us)
+
+
+EMIT = """
+import distvlog.logger as dlog
+from distvlog.logger._logger import PROCESSORS
+log = dlog.get_logger("emit")
+
+def both(method, event, *args, **fields):  # the direct rendering, then the processor chain, from this line
+    for chain in (False, True):
+        if chain:
+            dlog.add_processor(lambda logger, name, ed: ed)  # a chain that is not distvlog's own: no shortcut
+        (getattr(log, method)(*args, event, **fields) if method != "bound" else log.bind(b=1, n=2).info(event, n=3, **fields))  # @write
+        if chain:
+            PROCESSORS.pop(-2)
+
+dlog.set_vlog_level(2)
+both("info", "train step", step=1, loss=0.25)
+both("warning", "a\\nmulti-line message", path="/tmp/x y", values=[1.5, float("nan")])
+both("vlog", "verbose", 2, shape="2x3")
+both("error", None, ok=True, none=None)
+both("info", 12.5)
+both("bound", "bound fields first, shadowed in place", k="v")
+dlog.bind_context(step=7, k="context")
+both("info", "the context's fields after the call's, shadowed by them", k="call")
+both("info", "a caller's own site", file="elsewhere.py", line=3)
+both("info", "a core field of the wrong type is replaced", ts="not an int")
+dlog.bind_context(severity="X")
+both("info", "a core field in the context")
+"""
+
+
+def test_direct_rendering_writes_what_the_processor_chain_writes(scripts):
+    """A log call rendered without the processor chain (distvlog's own chain, glog text) writes the record the
+    chain writes: severity, thread, call site, rank and the same fields in the same order."""
+    run = scripts.run(EMIT)
+    records = run.records()
+    assert len(records) == 2 * 10
+    for direct, chain in zip(records[::2], records[1::2]):
+        assert (direct.severity, direct.tid, direct.file, direct.line, direct.rank, direct.text) == (
+            chain.severity,
+            chain.tid,
+            chain.file,
+            chain.line,
+            chain.rank,
+            chain.text,
+        )
+    texts = [r.text for r in records[::2]]
+    assert texts[0] == "train step step=1 loss=0.25"
+    assert texts[5] == "bound fields first, shadowed in place b=1 n=3 k=v"
+    assert texts[6] == "the context's fields after the call's, shadowed by them k=call step=7"
+    assert [(r.file, r.line) for r in records[14:16]] == [("elsewhere.py", 3)] * 2
+    assert {(r.file, r.line) for r in records[::2][:7]} == {("script.py", line_of(EMIT, "write"))}
