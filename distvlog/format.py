@@ -530,18 +530,19 @@ def pairs_of(fields: dict[str, Any], skip: Collection[str] = ()) -> str:
     values are). `Fields` bring their text along."""
     if type(fields) is Fields and not skip:
         return fields.text
+    text = ""  # (a loop, not a comprehension: a comprehension is a call of its own, and the dicts are small)
     try:
-        return "".join(
-            [
-                f" {_name_texts[k]}={_str_texts[v]}"
-                if (kind := type(v)) is str
-                else f" {_name_texts[k]}={v}"
-                if kind is int or kind is float
-                else f" {_name_texts[k]}={value_text(v)}"
-                for k, v in fields.items()
-                if k not in skip
-            ]
-        )
+        for k, v in fields.items():
+            if k in skip:
+                continue
+            kind = type(v)
+            if kind is str:
+                text += f" {_name_texts[k]}={_str_texts[v]}"
+            elif kind is int or kind is float:
+                text += f" {_name_texts[k]}={v}"
+            else:
+                text += f" {_name_texts[k]}={value_text(v)}"
+        return text
     except KeyError:  # a name not seen yet (or not a str): name_text decides it, and learns it
         return "".join([f" {name_text(k)}={value_text(v)}" for k, v in fields.items() if k not in skip])
 
