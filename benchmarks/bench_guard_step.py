@@ -11,7 +11,7 @@ time: this machine is shared and noisy).
 
 Instructions (`--callgrind`): the script runs itself under `valgrind --tool=callgrind` for 2 and for 12
 steps at level 0 and at each level; the difference over 10 steps is deterministic, so a loaded machine
-does not matter.
+does not matter (the sink's flush timer is off there: its wake-ups are counted by wall time).
 
     python benchmarks/bench_guard_step.py [--rounds 15] [--steps 30] [--levels 4 5] [--callgrind]
 """
@@ -102,7 +102,9 @@ def callgrind(args: argparse.Namespace) -> None:
                 + [sys.executable, os.path.abspath(__file__), "--run", str(level), str(steps)],
                 capture_output=True,
                 text=True,
-                env={**os.environ, "PYTHONHASHSEED": "0", "DISTVLOG_LOG_DIR": out},  # (the same dicts each run)
+                # (the same dicts each run; no flush timer: its wake-ups count by wall time, and a loaded machine
+                # slows valgrind down: they were ~0.1 M instructions per step here at a load of 15)
+                env={**os.environ, "PYTHONHASHSEED": "0", "DISTVLOG_LOG_DIR": out, "DISTVLOG_FLUSH_INTERVAL": "100000"},
             )
         found = re.search(r"Collected : (\d+)", run.stderr)
         if run.returncode or not found:
