@@ -67,10 +67,12 @@ def grad_stats(a: np.ndarray, detail: bool = True) -> dict[str, Any]:
 
 def _stats_values(a: np.ndarray, detail: bool) -> tuple:
     """grad_stats' values, in its order and of its fields' types."""
-    a = np.asarray(a)
+    # The checksum reads C order: with it, one contiguous copy serves both; without it, the statistics read
+    # the elements in memory order (a transposed weight gradient, as torch's addmm gives, is not copied).
+    a = np.ascontiguousarray(a) if detail else np.asarray(a)
     dtype = a.dtype
     wide = dtype.kind == "f" and dtype.itemsize >= 4  # BLAS's; float16 and ints in float64 (no overflow)
-    flat = a.reshape(-1) if wide else a.reshape(-1).astype(np.float64)
+    flat = a.ravel(order="K") if wide else a.ravel(order="K").astype(np.float64)
     norm = math.sqrt(float(flat.dot(flat))) if flat.size else 0.0  # (float32 sums in float32: ~1e-4 off
     n_nan = n_inf = 0  # at 10M elements)
     if not math.isfinite(norm):  # a NaN or Inf, or squares beyond the dtype's range
