@@ -46,7 +46,7 @@ def _at_exit() -> None:
     SINK.buffer_bytes = 0  # records logged by later exit hooks go straight to the file
     if not hasattr(sys, "last_value"):
         log_end()
-    SINK.flush()
+    SINK.settle()
 
 
 _end = {"logged": False}
@@ -333,9 +333,11 @@ def install() -> None:
     threading.excepthook = thread_excepthook
     atexit.register(_at_exit)
     # A multiprocessing worker forked from this process ends with os._exit() right after
-    # threading._shutdown(), without atexit: flush there too (the registration is inherited by the fork).
+    # threading._shutdown(), without atexit: it settles its file there (the registration is inherited by the
+    # fork). This process's non-daemon threads may log on after that point: its file stays mapped.
     register_threading_atexit = getattr(threading, "_register_atexit", None)
     if register_threading_atexit is not None:
-        register_threading_atexit(SINK.flush)
+        installed_pid = os.getpid()
+        register_threading_atexit(lambda: SINK.settle() if os.getpid() != installed_pid else SINK.flush())
     SINK.on_open.append(_on_open)
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ..format import SUFFIXES, meta_of_head, rank_file_stem
 
-CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+# (read-write: the sink maps the file)
+CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

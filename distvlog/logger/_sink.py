@@ -1,8 +1,17 @@
-"""The process's log file: records buffered in memory, written as whole records, opened on first use.
+"""The process's log file, opened on first use: records are copied into a window of the file mapped in
+memory, so the kernel owns each record the moment it is copied, with no system call per record.
 
-Every record is appended to the buffer whole and the buffer goes to the OS in one `os.write`, so the file
-never holds a torn record, even after SIGKILL. A forked child gets its own file instead of its parent's
-buffer. The rest of "never lose a record" (timer, signals, exit, exceptions) lives in `_lifecycle`.
+A SIGKILL, segfault, abort or os._exit right after a log call leaves the record in the file (the page cache
+writes it back; only a machine crash loses it). `mmap.write` copies a whole record and advances the position
+in one C call under the interpreter lock, so threads write without a lock, and a record never straddles two
+windows: when one is full, the next window starts at the page holding the end of the content. Each window's
+blocks are reserved (`posix_fallocate`) before it is mapped: a full disk or a file-size limit is then an
+OSError here, never a SIGBUS when a page is touched. The reserved space not yet written (the format's
+RESERVE: NUL bytes) is cut off when the process settles its file (at exit, see `_lifecycle`), and a crashed
+process's by whoever sees it die (`trim_reserve`, the launcher's parent). Where a mapping is impossible or
+makes no sense (stderr, /dev/null, while the reserve fails) records are buffered and written with `os.write`,
+whole, as before. A forked child gets its own file. The rest of "never lose a record" (signals, exit,
+exceptions) lives in `_lifecycle`.
 
 Writing never raises into the caller. When the file cannot be written (a full disk, a file-size limit, an
 I/O error, the file or its directory deleted), the records are dropped and counted, one line on stderr says
@@ -14,7 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import faulthandler
+import mmap
 import os
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -25,6 +37,11 @@ from . import _env, _render, _rundir
 from ._clock import now_us
 from ._identity import IDENTITY
 from ._processors import SEVERITY as _SEVERITY
+
+WINDOW_BYTES = 256 * 1024  # reserved and mapped at a time: the most a crashed file's reserve can be (but for
+# a record larger than a window, which gets one of its size)
+_PAGE = mmap.ALLOCATIONGRANULARITY
+_TAIL_SCAN_BYTES = 1 << 22  # how far back from the end `trim_reserve` looks for the reserve
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -55,8 +72,13 @@ class RankFile:
 
     def _reset(self) -> None:
         self._lock = threading.RLock()  # an RLock knows its owner: see flush_for_signal
-        self._buf = bytearray()  # whole records only
+        self._buf = bytearray()  # whole records only, while there is no mapped window
         self._fd = -1
+        self._map: mmap.mmap | None = None  # the window records are copied into (None: the buffer is used)
+        self._base = 0  # the window's offset in the file
+        self._reserved = 0  # where this process's reserve ends: the file's size, unless someone appended
+        self._checked = 0  # the window position at the last check that the file still exists
+        self._mapping = True  # a regular file, not settled: records go to a window when one can be reserved
         self._child = False
         self._opening = False  # a handler logging while the file is being created waits in the buffer
         self._meta: dict | None = None  # the meta record of the file; its header is owed while _head_owed
@@ -81,14 +103,14 @@ class RankFile:
 
     # -- the structlog logger interface ------------------------------------------------------------
     def write(self, record: bytes) -> None:
-        """Append a whole record. Writers take no lock: `bytearray.extend` is one C call, atomic under the
-        GIL, and flushes never swap the buffer (see `_flush_locked`)."""
-        if self._fd < 0:
-            self.open()
-        buf = self._buf
-        buf.extend(record)
-        if len(buf) >= self.buffer_bytes:
-            self.flush()
+        """Append a whole record. Writers take no lock: `mmap.write` (and `bytearray.extend`, without a
+        window) is one C call, atomic under the GIL; a full or closed window raises ValueError, and the
+        record is placed under the lock."""
+        window = self._map
+        try:
+            window.write(record)  # type: ignore[union-attr]
+        except (AttributeError, ValueError):  # no window (None), a full one, or one closed meanwhile
+            self._place(record)
         if self.echo_all:
             _echo(record)
         if self._deferred_signal:
@@ -97,9 +119,7 @@ class RankFile:
     def write_urgent(self, record: bytes, echo: bool = True) -> None:
         """WARNING and above: flushed at once and (unless the caller prints it anyway) echoed to stderr."""
         with self._lock:
-            if self._fd < 0:
-                self.open()
-            self._buf.extend(record)
+            self._place(record)
             self._flush_locked()
         if echo and self.file_open:  # (else the record went to stderr already)
             _echo(record)
@@ -117,13 +137,101 @@ class RankFile:
         if self._deferred_signal:
             self._redeliver()
 
+    def settle(self) -> None:
+        """Cut the reserve off the file and write every later record with `os.write` (at exit: hooks that
+        run after this may still log, and a file left by a process must end with its last record)."""
+        with self._lock:
+            self._mapping = False
+            if self._map is not None:
+                self._unmap()
+            self._flush_locked()
+
     # -- internals -----------------------------------------------------------------------------------
+    def _place(self, record: bytes) -> None:
+        """A record that did not go into the window at once: opens the file, maps the next window, or
+        buffers it (no window: not a regular file, the reserve failed, or the file is being created)."""
+        with self._lock:
+            if self._fd < 0:
+                self.open()
+            window = self._map
+            if window is not None and not self._opening:
+                try:
+                    window.write(record)
+                    return
+                except ValueError:  # full
+                    self._map_window(len(record))
+                    if self._map is not None:
+                        self._map.write(record)  # (the window was sized for it)
+                        return
+            buf = self._buf
+            buf.extend(record)
+            if len(buf) >= self.buffer_bytes:
+                self._flush_locked()
+
+    def _map_window(self, need: int) -> None:
+        """Map the window after the current one (or the first), large enough for `need` more bytes; without
+        one (the reserve failed), records go to the buffer until a write succeeds."""
+        end = self._unmap()
+        base = end - end % _PAGE
+        length = max(WINDOW_BYTES, -(-(end - base + need) // _PAGE) * _PAGE)
+        try:
+            os.posix_fallocate(self._fd, base, length)  # (EFBIG under a file-size limit: SIGXFSZ is ignored)
+            window = mmap.mmap(self._fd, length, offset=base)
+        except (OSError, ValueError, OverflowError):
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, end)  # (the reserve may have grown before it failed)
+            return
+        window.seek(end - base)
+        self._map, self._base, self._reserved, self._checked = window, base, base + length, end - base
+
+    def _unmap(self) -> int:
+        """Close the window (late lock-free writers then raise ValueError and come here), cut the reserve off
+        and bring records appended by another process past it (the launcher's parent) to the content's end.
+        Returns where the content ends. Writers of the buffer are flushed first: the content is all in the
+        file."""
+        if self._map is None:
+            self._flush_locked()
+            return os.fstat(self._fd).st_size
+        window, self._map = self._map, None
+        end = self._base + _stop(window)
+        window.close()
+        with contextlib.suppress(OSError):
+            size = os.fstat(self._fd).st_size
+            appended = os.pread(self._fd, size - self._reserved, self._reserved) if size > self._reserved else b""
+            if appended:
+                os.pwrite(self._fd, appended, end)
+            os.ftruncate(self._fd, end + len(appended))
+            end += len(appended)
+        return end
+
     def _flush_locked(self) -> None:
+        if self._map is not None:
+            self._check_window()
+            return
         buf = self._buf
-        if buf and self._fd >= 0:  # (no file yet: a handler logged while it is being created)
+        if buf and self._fd >= 0 and not self._opening:  # (no file yet: a handler logged while it is created)
             data = bytes(buf)  # whole records: each was appended in one step
             del buf[: len(data)]  # what lock-free writers appended meanwhile stays for the next flush
             self._write(data)
+            if not self._buf and self._drop_reason is None and self._mapping and self.path is not None:
+                self._map_window(0)  # writing works (again): back to a window
+
+    def _check_window(self) -> None:
+        """A file deleted under the window: the records copied since the last check go to the file created
+        again (as the buffer's would), through `_write`, which says why and then maps a window there."""
+        window = self._map
+        try:
+            deleted = os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return
+        if deleted:
+            self._map = None  # (the deleted file's reserve goes with it)
+            since = window[self._checked : _stop(window)]
+            window.close()
+            self._buf[:0] = since
+            self._flush_locked()
+        else:
+            self._checked = window.tell()
 
     def _write(self, data: bytes) -> None:
         """Write whole records, or drop and count them: never raises."""
@@ -132,12 +240,12 @@ class RankFile:
                 _write_all(self._fd, data)
             return
         try:
-            stat = os.fstat(self._fd)
-            if stat.st_nlink == 0:  # deleted (or its directory): records written there are lost for good
+            info = os.fstat(self._fd)
+            if info.st_nlink == 0:  # deleted (or its directory): records written there are lost for good
                 self._drop(0, "the log file was deleted")
-                stat = self._recreate()
+                info = self._recreate()
             out = self._owed() + data
-            start = stat.st_size
+            start = info.st_size
             try:
                 _write_all(self._fd, out)
             except OSError:
@@ -171,6 +279,8 @@ class RankFile:
         fd = os.open(path, _rundir.CREATE_FLAGS, 0o644)  # (exclusive: never into someone else's file)
         os.close(self._fd)
         self._fd, self._head_owed = fd, True
+        if _crash_fd:
+            _crash_stacks_to(fd)
         return os.fstat(fd)
 
     def _drop(self, count: int, reason: str) -> None:
@@ -193,6 +303,9 @@ class RankFile:
                     self._open()
                 finally:
                     self._opening = False
+                if self._buf and self._map is not None:  # a handler logged while the file was created
+                    waiting, self._buf = bytes(self._buf), bytearray()
+                    self._place(waiting)
 
     def _open(self) -> None:
         ident = IDENTITY
@@ -219,6 +332,9 @@ class RankFile:
         self._clock_offsets = _format.clock_slot_offsets(self.renderer.header({**meta, **self._clock}))
         self._fd, self.path, self.run_id, self.root = fd, path, rid, root
         self._write(b"")  # the header
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            self._map_window(0)
+        _crash_stacks_to(fd)
         kept = _rundir.point_latest(root, rid, ident.world_size)
         kept_text = f" (latest stays at {kept.name}, a job of several ranks)" if kept else ""
         # (one write: the ranks' lines stay whole)
@@ -234,6 +350,7 @@ class RankFile:
         with self._lock:
             if self._fd < 0:
                 self._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+                self._mapping = False
 
     def _log_to_stderr(self, where: object, reason: str) -> None:
         """As glog does when it cannot create its file: say so once, then write every record to stderr (once,
@@ -245,6 +362,7 @@ class RankFile:
             self._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         self.buffer_bytes = 0
         self.echo_all = False
+        self._mapping = False
 
     @property
     def file_open(self) -> bool:
@@ -301,8 +419,12 @@ class RankFile:
         self._lock.release()
 
     def _after_fork_child(self) -> None:
-        fd = self._fd
+        fd, window = self._fd, self._map
         self._reset()
+        if window is not None:
+            window.close()  # (this process's mapping only: the parent's window and file are untouched)
+        if _crash_fd:
+            _crash_stacks_to(None)  # (the child's file gets it when it opens)
         self._child = True  # same run, own file: rank-<R>.<pid>, same clock offsets as the parent
         if fd >= 0:
             os.close(fd)
@@ -362,6 +484,63 @@ def append_record(path: Path, method: str, event: str, **fields: Any) -> None:
         _write_all(fd, data)
     finally:
         os.close(fd)
+
+
+def _stop(window: mmap.mmap) -> int:
+    """Where the content of a window ends; lock-free writers find it full from then on. One C call, so no
+    thread writes between finding the end and closing the window: `read` moves the position to the end and
+    returns what was past it."""
+    return len(window) - len(window.read())
+
+
+def trim_reserve(path: Path) -> None:
+    """Cut the reserve off the file of a process that died without settling it (SIGKILL, a segfault,
+    os._exit): the last run of NUL bytes goes, and what another process appended after it (the launcher's
+    parent's records) moves up to the content's end. A record the death cut mid-copy keeps one NUL after
+    it, so it stays cut (torn), never read as whole. Only for a file whose writer is gone: a live one would
+    be killed by SIGBUS on its next record. Looks at the last few MB only; never raises."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            _trim_fd(fd)
+        finally:
+            os.close(fd)
+
+
+def _trim_fd(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    start = max(0, size - _TAIL_SCAN_BYTES)
+    tail = os.pread(fd, size - start, start)
+    last_nul = tail.rfind(b"\0")
+    if last_nul < 0:
+        return  # no reserve (settled, or never mapped)
+    appended = tail[last_nul + 1 :]
+    end = start + len(tail[: last_nul + 1].rstrip(b"\0"))
+    while end == start and start > 0:  # the reserve is longer than what was read (a window for a big record)
+        start = max(0, start - _TAIL_SCAN_BYTES)
+        end = start + len(os.pread(fd, end - start, start).rstrip(b"\0"))
+    if end and os.pread(fd, 1, end - 1) != b"\n":
+        end += 1  # a record cut mid-copy: one NUL keeps it cut
+    if appended:
+        os.pwrite(fd, appended, end)
+    os.ftruncate(fd, end + len(appended))
+
+
+_crash_fd: list[int] = []  # the descriptor faulthandler was given here, while it writes there
+
+
+def _crash_stacks_to(fd: int | None) -> None:
+    """A segfault or an abort prints every thread's Python stack into the file, after its reserve
+    (faulthandler appends to the descriptor; the reserve's trim brings the stacks up to the content, and
+    readers take them as the format's CRASH block). Not when faulthandler already writes somewhere else (the
+    user's choice, or the launcher's parent's pipe). None: the descriptor is closed, faulthandler stops."""
+    with contextlib.suppress(Exception):
+        if _crash_fd:
+            faulthandler.disable()
+            _crash_fd.clear()
+        if fd is not None and not faulthandler.is_enabled():
+            faulthandler.enable(file=fd, all_threads=True)
+            _crash_fd.append(fd)
 
 
 def _reason(exc: OSError) -> str:

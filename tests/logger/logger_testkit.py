@@ -73,8 +73,8 @@ class GlogFile:
 def read_glog(path: Path) -> GlogFile:
     """Parse a glog rank file strictly: glog's three header lines, the meta record, then records whose
     continuation lines follow them, as many as each declares (`first` is without the count); the file ends
-    with a newline (no torn record)."""
-    data = path.read_bytes()
+    with a newline (no torn record), or in the reserve of a process killed before it settled its file."""
+    data = without_reserve(path.read_bytes())
     assert data.endswith(b"\n"), f"{path} ends inside a record: {data[-200:]!r}"
     lines = data.decode("utf-8").split("\n")[:-1]
     for pattern, line in zip(HEADER, lines[:3]):
@@ -113,9 +113,17 @@ def read_glog(path: Path) -> GlogFile:
     return GlogFile(lines[:3], meta, kept, len(kept) < len(records) - 1)
 
 
+def without_reserve(data: bytes) -> bytes:
+    """The file without the reserve a killed process leaves at its end (the format's RESERVE: NUL bytes)
+    and with no NUL anywhere else."""
+    data = data.rstrip(b"\0")
+    assert b"\0" not in data, f"NUL bytes inside the content: {data[-200:]!r}"
+    return data
+
+
 def read_jsonl(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(meta, records) of a JSON-lines rank file; every line must be one whole JSON object."""
-    data = path.read_bytes()
+    data = without_reserve(path.read_bytes())
     assert data.endswith(b"\n"), f"{path} ends inside a record"
     objs = [json.loads(line) for line in data.decode("utf-8").split("\n")[:-1]]
     assert objs[0]["event"] == "distvlog-meta"
