@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 
 from .. import format as fmt
-from ..logger import IDENTITY, SINK, append_record
+from ..logger import IDENTITY, SINK, append_record, trim_reserve
 
 CRASH_FD = "DISTVLOG_CRASH_FD"  # set in the rank's environment: where its faulthandler writes
 DUMP_SIGNAL = signal.SIGRTMIN + 7  # the rank's faulthandler prints every thread's stack (a signal nobody uses)
@@ -62,8 +62,11 @@ def run(argv: list[str]) -> int:
     returncode = rank.wait()
     reader.join(timeout=1.0)  # (a forked child of the rank may hold the pipe open: its text is not needed)
     status = 128 - returncode if returncode < 0 else returncode
-    if status:
-        _record_death(rank.pid, status, -returncode if returncode < 0 else None, pipe.take())
+    path = _rank_file(rank.pid)  # (none if it never logged)
+    if path is not None:
+        trim_reserve(path)  # a rank that died without settling its file (os._exit, a signal) left its reserve
+        if status:
+            _record_death(path, status, -returncode if returncode < 0 else None, pipe.take())
     if returncode < 0:  # end as the rank did, so the launcher reports the same signal
         with contextlib.suppress(OSError, ValueError):  # (SIGKILL's cannot be set, nor caught)
             signal.signal(-returncode, signal.SIG_DFL)
@@ -114,11 +117,8 @@ def _record_stacks(pid: int, name: str, stacks: str) -> None:
             append_record(path, "warning", f"{name}{fmt.STACKS}\n{stacks}")
 
 
-def _record_death(pid: int, status: int, signum: int | None, stacks: str) -> None:
-    """The DIED record, in the file of the rank whose meta record names `pid`; none if it never logged."""
-    path = _rank_file(pid)
-    if path is None:
-        return
+def _record_death(path: Path, status: int, signum: int | None, stacks: str) -> None:
+    """The DIED record, in the rank's file."""
     fields = {fmt.DIED_STATUS: status, fmt.DIED_PARENT: os.getpid()}
     if signum is not None:
         name = signal.Signals(signum).name
