@@ -79,7 +79,11 @@ class RankFile:
         self._base = 0  # the window's offset in the file
         self._reserved = 0  # where this process's reserve ends: the file's size, unless someone appended
         self._checked = 0  # the window position at the last check that the file still exists
-        self._mapping = True  # a regular file, not settled: records go to a window when one can be reserved
+        # Records go to a window when one can be reserved (a regular file, not settled). DISTVLOG_MMAP=0: for a
+        # file that something truncates under the running process (logrotate's copytruncate), which would
+        # kill it with SIGBUS at its next record in a window past the new end; records then wait in the
+        # buffer (a death loses up to the flush interval's), as `os.write` survives a truncation.
+        self._mapping = _env.read("DISTVLOG_MMAP", _env.boolean, True)
         self._child = False
         self._opening = False  # a handler logging while the file is being created waits in the buffer
         self._meta: dict | None = None  # the meta record of the file; its header is owed while _head_owed
@@ -332,7 +336,7 @@ class RankFile:
         self._clock_offsets = _format.clock_slot_offsets(self.renderer.header({**meta, **self._clock}))
         self._fd, self.path, self.run_id, self.root = fd, path, rid, root
         self._write(b"")  # the header
-        if stat.S_ISREG(os.fstat(fd).st_mode):
+        if self._mapping and stat.S_ISREG(os.fstat(fd).st_mode):
             self._map_window(0)
         _crash_stacks_to(fd)
         kept = _rundir.point_latest(root, rid, ident.world_size)
