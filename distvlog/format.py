@@ -8,9 +8,17 @@ written from it alone reads every file distvlog writes.
    One file per process: `<log_dir>/<run_id>/rank-<R>.log` (glog text, the default) or `rank-<R>.jsonl`
    (JSON lines), UTF-8. A process forked by rank R writes `rank-<R>.<pid>.log`. A file is a header, then
    records in the order they were written (threads stamp a record before they write it, so timestamps can
-   go back a little). A file may end in, or hold between records, PADDING: a run of NUL bytes (the unwritten
-   part of space a writer reserved before it crashed). Padding is neither a record nor damage: a reader skips
-   it, and the end of a padding run starts a new line.
+   go back a little). A file may end in, or hold between records, PADDING: a run of NUL bytes. Padding is
+   neither a record nor damage: a reader skips it, and the end of a padding run starts a new line.
+   The RESERVE is padding a writer leaves: it writes records into space it reserved ahead of them (NUL bytes
+   after the last record, at most 256 KiB, or as much as one larger record needs). It cuts the reserve off
+   when it closes the file; `distvlog launch`'s parent cuts a dead rank's off before it appends its records
+   (2.8), moving what was appended past the reserve up to the last record. Only a process that died before
+   anyone of distvlog's saw it (SIGKILL, a segfault, os._exit, under plain `mpirun` or `python`) leaves its
+   reserve in the file; a writer never writes NUL bytes into records (2.4, 3.2). A record a death cut while
+   it was being copied keeps one NUL byte after it when the reserve is cut off, so it stays cut (5). What
+   the crashing process's faulthandler printed (a segfault, an abort: `Fatal Python error: ...`, then every
+   thread's Python stack) follows its reserve, at the end of the file: lines of no record.
 
 2. GLOG TEXT
 2.1 The header: C++ glog's three lines, then the meta record (2.6) as the first record.
@@ -93,8 +101,9 @@ written from it alone reads every file distvlog writes.
     (`the rank's process ended`), with the fields `status` (the exit status, 128+N after signal N), `parent`
     (the parent's pid: the one the MPI launcher knows and names in its own messages) and, after a signal,
     `signal` (its name). A crash's Python stacks (what faulthandler printed: a segfault, an abort)
-    are the record's continuation lines. It is the file's last record; its time is when the parent saw the
-    death, so the first of several ranks to die is the one with the earliest such record.
+    are the record's continuation lines. The parent cuts the rank's reserve off first (1). It is the file's
+    last record; its time is when the parent saw the death, so the first of several ranks to die is the one
+    with the earliest such record.
     When SIGTERM or SIGINT reaches the parent, it has the rank's faulthandler print the stack of every thread
     at once (it needs no interpreter lock, so a rank blocked in a call that holds it answers too) and appends
     a W record at `distvlog:0`: the signal's name, then STACKS, the stacks as continuation lines.
