@@ -18,7 +18,10 @@ written from it alone reads every file distvlog writes.
    reserve in the file; a writer never writes NUL bytes into records (2.4, 3.2). A record a death cut while
    it was being copied keeps one NUL byte after it when the reserve is cut off, so it stays cut (5). What
    the crashing process's faulthandler printed (a segfault, an abort: `Fatal Python error: ...`, then every
-   thread's Python stack) follows its reserve, at the end of the file: lines of no record.
+   thread's Python stack) follows its reserve, at the end of the file: a reader reads that text, from a NUL
+   byte followed by `Fatal Python error: ` to the end of the file, as one F record at `distvlog:0` with the
+   time, thread and rank of the last whole record before the reserve (the stacks as its continuation lines;
+   in JSON lines, its `event`).
 
 2. GLOG TEXT
 2.1 The header: C++ glog's three lines, then the meta record (2.6) as the first record.

@@ -26,6 +26,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from . import _crash
+
 NEWLINE, NUL = 10, 0
 LINE_CAP = 16 << 20  # far above a record line our logger writes (multi-line messages are cut into lines)
 GZ_CHUNK = 1 << 20
@@ -50,12 +52,17 @@ class ByteStream:
         self._after_nul = False  # the last byte handed out was a NUL (a run continues)
         self._gz = _Gunzip() if gz else None
         self._done = False
+        self._crash: tuple[int, bytes] | None = None  # a crash's stacks: where they start, the record read there
+        if not gz:
+            with contextlib.suppress(OSError):
+                self._crash = _crash.find(fd, self.size)
+        self._crash_out = 0  # bytes of that record handed out
 
     def rewind(self) -> bool:
         """Start over from the file's first byte (a plain file only: a .gz's decompressor cannot go back)."""
         if self._gz is not None:
             return False
-        self.pos = self.out = self._line = self.cut_lines = 0
+        self.pos = self.out = self._line = self.cut_lines = self._crash_out = 0
         self._cutting = self._after_nul = self._done = False
         self.damage = None
         return True
@@ -88,6 +95,17 @@ class ByteStream:
             return 0
 
     def _plain_read(self, view: np.ndarray) -> int:
+        if self._crash is not None:
+            at, record = self._crash
+            if self.pos >= at:  # the stacks: read as their record
+                got = min(len(view), len(record) - self._crash_out)
+                view[:got] = np.frombuffer(record, np.uint8, got, self._crash_out)
+                self._crash_out += got
+                self.out += got
+                if self._crash_out == len(record):
+                    self.pos = self.size
+                return got
+            view = view[: at - self.pos]
         data = self._seek_data()
         if data is None:  # only a hole is left: padding to the end
             self.pos = self.size
