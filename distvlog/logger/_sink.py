@@ -112,9 +112,17 @@ class RankFile:
         window) is one C call, atomic under the GIL; a full or closed window raises ValueError, and the
         record is placed under the lock."""
         window = self._map
-        try:
-            window.write(record)  # type: ignore[union-attr]
-        except (AttributeError, ValueError):  # no window (None), a full one, or one closed meanwhile
+        if window is not None:
+            try:
+                window.write(record)
+            except ValueError:  # full, or closed meanwhile
+                self._place(record)
+        elif self._fd >= 0 and not self._mapping:  # written with os.write: stderr, /dev/null, after exit
+            buf = self._buf
+            buf.extend(record)
+            if len(buf) >= self.buffer_bytes:
+                self.flush()
+        else:  # no file yet, or no window while the reserve fails
             self._place(record)
         if self.echo_all:
             _echo(record)
