@@ -211,6 +211,7 @@ class RankFile:
         with contextlib.suppress(OSError):
             size = os.fstat(self._fd).st_size
             appended = os.pread(self._fd, size - self._reserved, self._reserved) if size > self._reserved else b""
+            appended = appended.lstrip(b"\n")  # (the line append_record began past the reserve)
             os.ftruncate(self._fd, end)
             _write_all(self._fd, appended)  # (the descriptor appends)
             end += len(appended)
@@ -488,11 +489,16 @@ def _own_record(renderer: Any, method: str, event: str, fields: dict[str, Any]) 
 
 def append_record(path: Path, method: str, event: str, **fields: Any) -> None:
     """Append one record of the logger's own to another process's rank file (`path`, whose format its
-    suffix tells), in one write: for the process that ran a rank, once that rank has died."""
+    suffix tells), in one write: for the process that ran a rank, once that rank has died, or (the stacks a
+    signal asked for) while it lives: then past its reserve, on a line of its own, and the rank's trim (at
+    its exit, or `trim_reserve` after its death) brings the record up to the end of its records."""
     fmt = "jsonl" if path.suffix == _format.SUFFIXES["jsonl"] else "glog"
     data = _own_record(_render.RENDERERS[fmt](), method, event, fields)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) == b"\0":  # past a live rank's reserve: on a line of its own
+            data = b"\n" + data
         _write_all(fd, data)
     finally:
         os.close(fd)
@@ -543,6 +549,8 @@ def _trim_fd(fd: int) -> None:
         end = start + len(os.pread(fd, end - start, start).rstrip(b"\0"))
     if end and os.pread(fd, 1, end - 1) != b"\n":
         end += 1  # a record cut mid-copy: one NUL keeps it cut
+    else:
+        appended = appended.lstrip(b"\n")  # (the line append_record began past the reserve)
     if appended:
         os.pwrite(fd, appended, end)
     os.ftruncate(fd, end + len(appended))

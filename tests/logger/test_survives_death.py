@@ -6,16 +6,19 @@ SIGBUS. Real processes, real signals, a real RLIMIT_FSIZE."""
 
 from __future__ import annotations
 
+import re
 import resource
 import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from logger_testkit import HANG_TIMEOUT_S, finish, line_of, read_glog, wait_for_line
 
 from distvlog import format as fmt
+from distvlog.logger import append_record, trim_reserve
 from distvlog.tools.read import open_sources, read_records
 
 NO_TIMER = {"DISTVLOG_FLUSH_INTERVAL": "3600"}  # no flush thread: a record must reach the file by itself
@@ -237,3 +240,38 @@ def test_the_launcher_cuts_a_killed_ranks_reserve_so_text_tools_read_it(scripts,
 
         rows = _lnav_rows(path, tmp_path)
         assert [level for _, level in rows[4:]] == ["info"] * 3001 + ["fatal"]
+
+
+APPENDED_WHILE_ALIVE = """
+import os, signal, sys
+import distvlog as dv
+log = dv.get_logger("job")
+log.info("before")
+print(dv.logger.log_file_path(), flush=True)
+sys.stdin.readline()  # meanwhile another process appends a record to this file
+log.info("after")
+{end}
+"""
+
+
+@pytest.mark.parametrize("end", ["pass", "os.kill(os.getpid(), signal.SIGKILL)"])
+def test_a_record_appended_by_another_process_while_the_writer_lives_ends_up_after_its_records(scripts, end):
+    """The launcher's parent appends a STACKS record while the rank lives: it lands past the reserve, and
+    the rank's own trim at exit (or the parent's trim_reserve after a SIGKILL) moves it up to the end of the
+    rank's records: no NUL left, every record whole."""
+    script = scripts.write(APPENDED_WHILE_ALIVE.format(end=end))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], env=scripts.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    path = Path(proc.stdout.readline().strip())
+    append_record(path, "warning", "from outside")
+    assert re.search(rb"\0\nW\d{4} ", path.read_bytes())  # past the reserve, on a line of its own
+    proc.communicate("go\n", timeout=HANG_TIMEOUT_S)
+    if proc.returncode:
+        trim_reserve(path)
+    assert b"\0" not in path.read_bytes()
+    assert [(r.severity, r.first) for r in read_glog(path).records] == [
+        ("I", "before"),
+        ("I", "after"),
+        ("W", "from outside"),
+    ]
