@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..format import rank_file_stem
-from ..logger import IDENTITY, SINK, get_logger
+from ..logger import IDENTITY, SINK, content_size, get_logger
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -54,9 +54,11 @@ def _receive_file(comm: MPI.Intracomm, peer: int, target: Path) -> int:
 def _send_file(comm: MPI.Intracomm, path: Path) -> None:
     from mpi4py import MPI
 
+    left = content_size(path)  # (not the reserve of a file still being written)
     with open(path, "rb") as f:
-        while chunk := f.read(CHUNK_BYTES):
+        while left > 0 and (chunk := f.read(min(CHUNK_BYTES, left))):
             comm.Send([chunk, MPI.BYTE], dest=0, tag=_DATA)
+            left -= len(chunk)
     comm.Send([b"", MPI.BYTE], dest=0, tag=_DATA)
 
 

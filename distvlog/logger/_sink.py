@@ -535,6 +535,27 @@ def trim_reserve(path: Path) -> None:
             os.close(fd)
 
 
+def content_size(path: Path) -> int:
+    """The size of a rank file without the reserve at its end (its writer's, live or dead): what a copy of
+    it holds. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        return _before_nuls(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def _before_nuls(fd: int, end: int) -> int:
+    """Where the run of NUL bytes that ends at `end` starts (`end` when there is none)."""
+    while end > 0:
+        start = max(0, end - _TAIL_SCAN_BYTES)
+        kept = os.pread(fd, end - start, start).rstrip(b"\0")
+        if kept:
+            return start + len(kept)
+        end = start
+    return 0
+
+
 def _trim_fd(fd: int) -> None:
     size = os.fstat(fd).st_size
     start = max(0, size - _TAIL_SCAN_BYTES)
@@ -543,10 +564,7 @@ def _trim_fd(fd: int) -> None:
     if last_nul < 0:
         return  # no reserve (settled, or never mapped)
     appended = tail[last_nul + 1 :]
-    end = start + len(tail[: last_nul + 1].rstrip(b"\0"))
-    while end == start and start > 0:  # the reserve is longer than what was read (a window for a big record)
-        start = max(0, start - _TAIL_SCAN_BYTES)
-        end = start + len(os.pread(fd, end - start, start).rstrip(b"\0"))
+    end = _before_nuls(fd, start + last_nul + 1)
     if end and os.pread(fd, 1, end - 1) != b"\n":
         end += 1  # a record cut mid-copy: one NUL keeps it cut
     else:
