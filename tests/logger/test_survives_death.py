@@ -196,10 +196,12 @@ def test_a_file_size_limit_below_one_window_is_no_sigbus(scripts):
 
 
 def test_a_normal_exit_leaves_no_reserve(scripts):
-    """The reserve is cut off at exit: the file ends with its last record."""
+    """The reserve is cut off at exit: the file ends with its last record (the end record)."""
     scripts.run(LAST_WORDS.format(death="log.info('the end')"))
     data = scripts.only_file().read_bytes()
-    assert b"\0" not in data and data.endswith(b"] [rank 0] the end\n")
+    assert b"\0" not in data
+    assert data.splitlines()[-2].endswith(b"] [rank 0] the end")
+    assert data.endswith(f"distvlog:0] [rank 0] {fmt.END_RECORD}\n".encode())
 
 
 KILLED_UNDER_LAUNCH = """
