@@ -377,6 +377,11 @@ except TypeError as exc:
 """
 
 
+def _as_written(record) -> tuple:
+    """What a record shows but its time: two ways of writing the same call must agree on all of it."""
+    return record.severity, record.tid, record.file, record.line, record.rank, record.text
+
+
 def test_line_writer_writes_what_the_generic_path_writes(scripts):
     run = scripts.run(LINE_WRITER)
     assert run.proc.stdout.splitlines()[0] == str(
@@ -394,14 +399,7 @@ def test_line_writer_writes_what_the_generic_path_writes(scripts):
     records, batches = run.records()[:20], run.records()[20:]  # (nothing of the refused batch)
     assert len(records) == 2 * 10
     for fast, generic in zip(records[::2], records[1::2]):
-        assert (fast.severity, fast.tid, fast.file, fast.line, fast.rank, fast.text) == (
-            generic.severity,
-            generic.tid,
-            generic.file,
-            generic.line,
-            generic.rank,
-            generic.text,
-        )
+        assert _as_written(fast) == _as_written(generic)
         assert fast.file == "script.py" and fast.line == line_of(LINE_WRITER, "write")
     texts = [r.text for r in records[::2]]
     assert texts[2] == 'grad_stats node=n v=5 slot=grad_x norm=0.5 shape=2x3 tensor="a b" nan=0'
@@ -457,14 +455,7 @@ def test_direct_rendering_writes_what_the_processor_chain_writes(scripts):
     records = run.records()
     assert len(records) == 2 * 10
     for direct, chain in zip(records[::2], records[1::2]):
-        assert (direct.severity, direct.tid, direct.file, direct.line, direct.rank, direct.text) == (
-            chain.severity,
-            chain.tid,
-            chain.file,
-            chain.line,
-            chain.rank,
-            chain.text,
-        )
+        assert _as_written(direct) == _as_written(chain)
     texts = [r.text for r in records[::2]]
     assert texts[0] == "train step step=1 loss=0.25"
     assert texts[5] == "bound fields first, shadowed in place b=1 n=3 k=v"
