@@ -40,7 +40,7 @@ def main() -> None:
         rss: dict[str, list[int]] = {name: [] for name in contenders}
         for _ in range(args.rounds):
             for name, cmd in contenders.items():
-                wall, peak_kib = timed(cmd, out)
+                wall, peak_kib, _cpu = timed(cmd, out)
                 times[name].append(wall)
                 rss[name].append(peak_kib)
         records = RANKS * (args.records + 1)
