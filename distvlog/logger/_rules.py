@@ -11,7 +11,7 @@ import contextlib
 import fnmatch
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from . import _env, _paddle_modules
 
@@ -107,11 +107,23 @@ _thread = _ThreadRules()
 _lock = threading.Lock()
 _active_guard_levels: Counter[int] = Counter()
 ceiling = _process.highest
+_watchers: list[Callable[[], None]] = []
 
 
 def _update_ceiling() -> None:
     global ceiling
     ceiling = max([_process.highest, *_active_guard_levels])
+
+
+def on_change(callback: Callable[[], None]) -> None:
+    """Call `callback()` after every change of the rules in force, in the thread that made it (whose rules
+    changed): the torch adapter hooks torch's backward by it while the engine's level logs. It must not raise."""
+    _watchers.append(callback)
+
+
+def _changed() -> None:
+    for callback in _watchers:
+        callback()
 
 
 def current() -> Rules:
@@ -131,6 +143,7 @@ def set_vlog_level(spec: LevelSpec) -> None:
     with _lock:
         _process = _process.updated(spec)
         _update_ceiling()
+    _changed()
 
 
 @contextlib.contextmanager
@@ -142,10 +155,12 @@ def vlog_guard(spec: LevelSpec) -> Iterator[None]:
         _active_guard_levels[rules.highest] += 1
         _update_ceiling()
     _thread.rules = rules
+    _changed()
     try:
         yield
     finally:
         _thread.rules = previous
+        _changed()
         with _lock:
             _active_guard_levels[rules.highest] -= 1
             if not _active_guard_levels[rules.highest]:

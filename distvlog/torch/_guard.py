@@ -16,8 +16,14 @@ are a stack per thread: the innermost level wins, closing a guard removes it whe
 closed after a later guard opened), and one mode serves all of a thread's guards. Levels below 3 print
 nothing: the mode is installed only while an open guard of the thread is 3 or more (a mode costs every torch
 call, even passing it through); inside such a guard, a lower guard's nodes are marked so that the outer guard
-cannot take them. Under `torch.compile` the
-mode steps aside (Dynamo would break the graph at it).
+cannot take them. Under `torch.compile` the mode steps aside (Dynamo would break the graph at it).
+
+Untagged nodes log at the engine's level, as ours do (`dv.set_vlog_level(5)`, `vlog_guard({"engine": 5})`,
+`DISTVLOG_V=5`): while it is 3 or more the mode is installed too, and a backward (`Tensor.backward`,
+`autograd.backward`, `autograd.grad`) first hooks every node of its graph that no guard tagged, numbered in
+creation order, parameters' AccumulateGrad nodes included (those log under `backward()` only); a guard below
+3 opened meanwhile keeps its nodes silent. The mode is per thread: the engine's level reaches the thread
+that set it, imported distvlog.torch or opens a guard.
 """
 
 from __future__ import annotations
@@ -32,11 +38,14 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..autograd.node import Site, tensor_name
+from ..autograd.nodelog import ENGINE
+from ..logger import level_for, vlog_rules
 from . import _names
-from ._nodelog import LeafHook, numpy_dtype, posthook, prehook, report_failure
+from ._nodelog import LeafHook, leaf_name, leaf_prehook, numpy_dtype, posthook, prehook, report_failure
 from ._tag import KEY, SILENT, Tag
 
 _ACCUMULATE_SEQ = (1 << 64) - 1  # AccumulateGrad's _sequence_nr(): never "created since"
+_BACKWARD = frozenset((torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad))
 _next_seq = torch._C._autograd._get_sequence_nr
 _push_mode = torch._C._push_on_torch_function_stack  # (TorchFunctionMode.__enter__/__exit__, without their frames)
 _pop_mode = torch._C._pop_torch_function_stack
@@ -51,15 +60,17 @@ class _State:
     def __init__(self) -> None:
         self.stack: list[list] = []
         self.loud = 0  # open guards of level >= 3
-        self.top: list | None = None  # the innermost open guard, None while none of level >= 3 is open
+        self.top: list | None = None  # the innermost open guard, None while none of them (nor the engine) logs
         self.mode: _Tagger | None = None  # while installed
         self.tagger = _Tagger(self)
 
     def update(self) -> None:
-        """The innermost guard, and the mode installed exactly while one of the open guards logs (a mode
-        costs every torch call of the thread, ~3% of a small model's step, even passing calls through)."""
-        self.top = self.stack[-1] if self.loud else None
-        if self.top is not None:
+        """The innermost guard, and the mode installed exactly while one of the open guards or the engine's
+        level logs (a mode costs every torch call of the thread, ~3% of a small model's step, even passing
+        calls through)."""
+        wide = level_for(ENGINE) >= 3  # (then a guard below 3 marks its nodes, which keep out of the engine's)
+        self.top = self.stack[-1] if self.stack and (self.loud or wide) else None
+        if self.top is not None or wide:
             if self.mode is None:
                 self.mode = self.tagger
                 _push_mode(self.mode)
@@ -89,6 +100,8 @@ class _Tagger(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         top = self.state.top
+        if func in _BACKWARD:
+            _hook_graph(args, kwargs)
         if top is None or _is_compiling():
             return func(*args, **kwargs) if kwargs else func(*args)
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -99,6 +112,37 @@ class _Tagger(TorchFunctionMode):
         except Exception as exc:  # a failing tag must never break the user's forward
             report_failure("tagging", exc)
         return out
+
+
+def _hook_graph(args: tuple, kwargs: dict | None) -> None:
+    """A backward begins while the engine's level logs: hook the nodes of its graph that no guard tagged
+    (each pass of a retained graph hooks only what is new)."""
+    try:
+        if level_for(ENGINE) < 3 or _is_compiling():
+            return
+        roots = args[0] if args else (kwargs or {}).get("tensors", (kwargs or {}).get("outputs"))
+        if isinstance(roots, torch.Tensor):
+            roots = (roots,)
+        todo = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        seen: set[int] = set()
+        nodes, leaves = [], []
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if KEY not in node.metadata:  # (a guard's node, or one already hooked, keeps its tag)
+                if node._sequence_nr() == _ACCUMULATE_SEQ:
+                    leaves.append(node)
+                else:
+                    nodes.append((node._sequence_nr(), node))
+            todo += [nxt for nxt, _ in node.next_functions if nxt is not None]
+        _tag_nodes(nodes, None)
+        for node in leaves:
+            node.metadata[KEY] = LeafHook(None, None, leaf_name(node.variable))
+            node.register_prehook(leaf_prehook)
+    except Exception as exc:  # the user's backward goes on
+        report_failure("hooking the graph", exc)
 
 
 def _tag_outputs(func: Any, out: Any, first: torch.Tensor | None, untracked: bool, out_arg: Any, top: list) -> None:
@@ -145,12 +189,12 @@ def _walk(fn: Any, start: int, created: list) -> None:
                 todo.append(nxt)
 
 
-def _tag_nodes(created: list, level: int) -> None:
+def _tag_nodes(created: list, level: int | None) -> None:
     """Tag the nodes one call created, numbered in creation order, with the user's forward line (which only
-    level 5's grad_stats print)."""
+    level 5's grad_stats print). Level None: the engine's, when the node runs (its forward line unknown)."""
     if len(created) > 1:
         created.sort(key=_first)
-    site = _user_site() if level >= 5 else None
+    site = _user_site() if level is not None and level >= 5 else None
     for _, node in created:
         node.metadata[KEY] = Tag(level, node.name(), site)
         node.register_prehook(prehook)
@@ -217,3 +261,15 @@ def _on_top(mode: _Tagger | None) -> bool:
     another's)."""
     depth = torch._C._len_torch_function_stack()
     return mode is not None and depth > 0 and torch._C._get_function_stack_at(depth - 1) is mode
+
+
+def _sync_level() -> None:
+    """The rules in force in this thread changed: the mode goes in or out with the engine's level."""
+    try:
+        _state().update()
+    except Exception as exc:  # a change of verbosity never fails for the adapter's sake
+        report_failure("verbosity change", exc)
+
+
+vlog_rules.on_change(_sync_level)
+_sync_level()  # DISTVLOG_V / DISTVLOG_VMODULE from the start, for the importing thread

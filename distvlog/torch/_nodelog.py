@@ -28,7 +28,7 @@ import torch
 
 from ..autograd.node import ACCUMULATION, NodeView, Site, shape_text, tensor_name
 from ..autograd.nodelog import ENGINE, NodeLog
-from ..logger import flush, get_logger
+from ..logger import flush, get_logger, level_for
 from . import _names
 from ._tag import KEY, Tag
 
@@ -48,6 +48,16 @@ def name_leaves(named: Any) -> None:
         if id(tensor) not in _leaf_names:
             weakref.finalize(tensor, _leaf_names.pop, id(tensor), None)
         _leaf_names[id(tensor)] = name
+
+
+def leaf_name(t: torch.Tensor) -> str:
+    """A leaf's name in the dumps: as `name_leaves` named it."""
+    return _leaf_names.get(id(t), "None")
+
+
+def _level(tagged: int | None) -> int:
+    """The level a node logs at: its guard's, else (level None) the engine's now."""
+    return tagged if tagged is not None else level_for(ENGINE)
 
 
 # -- tensors as the node log reads them --------------------------------------------------------------------
@@ -141,7 +151,7 @@ class _Neighbour:
         shape, dtype = self.out_shape, self.out_dtype = tuple(meta.shape), numpy_dtype(meta.dtype)
         name = fn.name()
         if name == _ACCUMULATE_GRAD:
-            self.name, self.out_name = "GradNodeAccumulation", _leaf_names.get(id(fn.variable), "None")
+            self.name, self.out_name = "GradNodeAccumulation", leaf_name(fn.variable)
             return
         tag = fn.metadata.get(KEY)
         if type(tag) is Tag:
@@ -265,9 +275,12 @@ def prehook(grad_outputs: tuple) -> None:
                 return  # nothing reached it: it sends nothing either
         fn = _current_node()
         tag = fn.metadata[KEY]
+        level = _level(tag.level)
+        if level < 3:
+            return  # (hooked while the engine's level logged, which it no longer does)
         state = _pass()
         array = state.array(grad)
-        nlog = NodeLog(TorchNode(fn, tag, array, state), tag.level, state.id, state.stats, torch_node=tag.torch_name)
+        nlog = NodeLog(TorchNode(fn, tag, array, state), level, state.id, state.stats, torch_node=tag.torch_name)
         nlog.begin(array)
         stack = _running.__dict__.setdefault("open", [])
         stack.append((fn, nlog, grad, state))
@@ -300,23 +313,36 @@ def posthook(grad_inputs: tuple, grad_outputs: tuple) -> None:
 
 
 class LeafHook:
-    """The tensor hook of a leaf created inside a guard: its gradient, logged as GradNodeAccumulation's."""
+    """The tensor hook of a leaf created inside a guard (or, level None, the pre-hook data of a parameter's
+    AccumulateGrad hooked for the engine's level): its gradient, logged as GradNodeAccumulation's."""
 
     __slots__ = ("level", "site", "name", "__weakref__")
 
-    def __init__(self, level: int, site: Site, name: str) -> None:
+    def __init__(self, level: int | None, site: Site | None, name: str) -> None:
         self.level, self.site, self.name = level, site, name
 
     def __call__(self, grad: torch.Tensor) -> None:
         try:
+            level = _level(self.level)
+            if level < 3:
+                return
             state = _pass()
             array = state.array(grad)
-            nlog = NodeLog(LeafNode(self, array), self.level, state.id, state.stats, torch_node="AccumulateGrad")
+            nlog = NodeLog(LeafNode(self, array), level, state.id, state.stats, torch_node="AccumulateGrad")
             nlog.begin(array)
             nlog.finish(array, (), _RUNS, None)
             state.release(grad)
         except Exception as exc:
             report_failure("leaf tensor hook", exc)
+
+
+def leaf_prehook(grad_outputs: tuple) -> None:
+    """An AccumulateGrad hooked for the engine's level is about to run: its leaf's lines."""
+    try:
+        if grad_outputs[0] is not None:
+            _current_node().metadata[KEY](grad_outputs[0])
+    except Exception as exc:
+        report_failure("leaf pre-hook", exc)
 
 
 # -- failures: said once, counted --------------------------------------------------------------------------

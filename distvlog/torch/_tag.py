@@ -12,12 +12,13 @@ _kinds: dict[str, tuple[str, str]] = {}  # torch's node name -> (its short name,
 
 
 class Tag:
-    """What a guard put on a node: the level it logs at and, when that is 3 or more, its Paddle-style name,
-    torch's name and the user's forward line. Holds nothing of the graph (no cycle through the node)."""
+    """What a guard put on a node: the level it logs at (None: the engine's, for a node hooked while that
+    logs) and, when that is 3 or more, its Paddle-style name, torch's name and the user's forward line. Holds
+    nothing of the graph (no cycle through the node)."""
 
     __slots__ = ("level", "op", "seq", "name", "torch_name", "site")
 
-    def __init__(self, level: int, torch_name: str, site: Site | None) -> None:
+    def __init__(self, level: int | None, torch_name: str, site: Site | None) -> None:
         kind = _kinds.get(torch_name)
         if kind is None:  # `torch::autograd::CopySlices`: CopySlices, op set_value
             kind = _kinds[torch_name] = (torch_name.rsplit("::", 1)[-1], _names.paddle_op(torch_name))

@@ -345,3 +345,53 @@ def test_a_node_that_runs_a_backward_of_its_own_still_logs_its_finish(records):
         ("ReentrantBackward", "finish"),
     ]
     assert torch.allclose(x.grad, 2 * torch.cos(x.detach()))
+
+
+def test_the_engines_level_logs_every_node_as_in_our_engine(records):
+    """`set_vlog_level(4)` with no guard: every node of the backward logs at 4, the parameter's accumulation
+    too, named in creation order; back at 0, the next backward logs nothing and the mode is gone."""
+    depth = torch._C._len_torch_function_stack()
+    w, x = leaf(3, 2), torch.randn(4, 3, dtype=torch.float64)
+    dvt.name_leaves([("w", w)])
+    try:
+        dvt.set_vlog_level(4)
+        assert torch._C._len_torch_function_stack() == depth + 1
+        (x @ w).relu().sum().backward()
+    finally:
+        dvt.set_vlog_level(0)
+    assert torch._C._len_torch_function_stack() == depth
+    logged = len(records)
+    (x @ w).relu().sum().backward()
+    ops = [re.sub(r"\d+GradNode$", "", n) for n in begun(records)]
+    assert ops == ["sum", "relu", "matmul", "GradNodeAccumulation"], ops
+    assert {r["v"] for r in records if "node" in r} == {3, 4} and len(records) == logged
+    assert "Name: w@Grad" in "".join(str(r["event"]) for r in records if r["node"] == "GradNodeAccumulation")
+
+
+def test_a_vlog_guard_on_the_engine_reaches_autograd_grad_and_leaves_guarded_nodes_their_level(records):
+    """`vlog_guard({"engine": 3})` around forward and `autograd.grad`: untagged nodes log level 3 only; a node
+    tagged at 5 keeps its 5, one tagged at 1 stays silent."""
+    x = leaf(3)
+    with dvt.vlog_guard({"engine": 3}):
+        with dvt.backward_vlog_guard(5):
+            a = torch.sin(x)
+        with dvt.backward_vlog_guard(1):
+            b = torch.cos(a)
+        c = torch.exp(b)
+        torch.autograd.grad(c.sum(), x)
+    assert max(levels(records, "sin")) == 5 and max(levels(records, "exp")) == 3 and levels(records, "sum") == {3}
+    assert not levels(records, "cos")
+    assert torch._C._len_torch_function_stack() == 0
+
+
+def test_the_engines_level_from_the_environment_logs_without_a_call(tmp_path):
+    """DISTVLOG_V=4 for the job: a script that only imports distvlog.torch logs its nodes and its leaf."""
+    script = "import torch, distvlog.torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n"
+    env = {**os.environ, "DISTVLOG_LOG_DIR": str(tmp_path), "PYTHONPATH": str(ROOT), "DISTVLOG_V": "4"}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True, timeout=120)
+    text = (tmp_path / "latest" / "rank-0.log").read_text()
+    assert re.findall(r"(\w+)\(0x[0-9a-f]+\) begin run", text) == [
+        "sum1GradNode",
+        "multiply1GradNode",
+        "GradNodeAccumulation",
+    ]
