@@ -4,7 +4,6 @@ this thread's guard state. The one place where forward meets autograd."""
 from __future__ import annotations
 
 import sys
-from types import CodeType, FrameType
 from typing import Any
 
 import numpy as np
@@ -27,17 +26,7 @@ def _user_site(with_stack: bool, skip: int = 2) -> Site:
     frame = sys._getframe(skip)
     while frame.f_back is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
         frame = frame.f_back
-    return Site(frame.f_code, frame.f_lasti, _stack(frame) if with_stack else None)
-
-
-def _stack(frame: FrameType) -> tuple[tuple[CodeType, int], ...]:
-    """(code, line) of `frame` and every frame above it, outermost first: cheap enough to take per op (no
-    source line is read, no frame kept alive)."""
-    stack = []
-    while frame is not None:
-        stack.append((frame.f_code, frame.f_lineno))
-        frame = frame.f_back
-    return tuple(reversed(stack))
+    return Site.at(frame, with_stack)
 
 
 _WEAK = (int, float, bool, type(None))  # Python scalars take the tensors' dtype, as in Paddle; None: no operand

@@ -82,7 +82,7 @@ def dump_dir(path: str | Path, what: str) -> Path:
     return path
 
 
-def _write_set(path: Path, files: dict[str, str], what: str) -> list[Path]:
+def write_set(path: Path, files: dict[str, str], what: str) -> list[Path]:
     """Write `files` (name -> text) into `path`, each name after a timestamp, a counter and the rank, render
     the .dot files as SVGs when Graphviz is installed, and say where in one record."""
     now = time.time()  # microseconds and a counter: two dumps never share, nor overwrite, a name
@@ -117,19 +117,20 @@ def _backward_dot(shown: dict[int, GradNode], kind: Callable[[GradNode], str], r
         "  rankdir=TB;",
         '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
     ]
+    address = {id(node): nid for nid, node in shown.items()}  # (a view's address is its node's)
     for nid, node in shown.items():
         label = _label(node.name, f"0x{nid:x}")
         lines.append(f'  n{nid:x} [label={label}, fillcolor="{_COLOURS[kind(node)]}"];')
-    for node in shown.values():
+    for nid, node in shown.items():
         for slot, nxt in enumerate(node.edges):
-            if nxt is None or id(nxt) not in shown:
+            if nxt is None or id(nxt) not in address:
                 continue
             dtype, dims = _dims(node.in_meta[slot])
             if reverse:
-                lines.append(f"  n{id(nxt):x} -> n{id(node):x} [label={_label(dtype, dims)}];")
+                lines.append(f"  n{address[id(nxt)]:x} -> n{nid:x} [label={_label(dtype, dims)}];")
             else:
                 label = _label(f"{node.input_name(slot)}@Grad", dtype, dims)
-                lines.append(f"  n{id(node):x} -> n{id(nxt):x} [label={label}];")
+                lines.append(f"  n{nid:x} -> n{address[id(nxt)]:x} [label={label}];")
     return "\n".join(lines + ["}", ""])
 
 
@@ -144,12 +145,26 @@ def _call_stacks(nodes: Iterable[GradNode]) -> str:
     return "\n".join(out if any_stack else [_STACK_NOTE, "", *out])
 
 
-def _backward_files(shown: dict[int, GradNode], kind: Callable[[GradNode], str], ran: Iterable[GradNode]) -> dict:
+def backward_files(shown: dict[int, GradNode], kind: Callable[[GradNode], str], ran: Iterable[GradNode]) -> dict:
+    """A backward dump's files (name -> text): the nodes `shown` (by address; their edges into `shown` drawn),
+    coloured by `kind` ("inside", "outside", "leaf"), and the forward stacks of the nodes that `ran`. Nodes
+    are GradNodes or anything read as one (the torch adapter's views)."""
     return {
         "backward_graph.dot": _backward_dot(shown, kind, reverse=False),
         "ref_forward_graph.dot": _backward_dot(shown, kind, reverse=True),
         "call_stack.log": _call_stacks(n for n in ran if not isinstance(n, AccumulationNode)),
     }
+
+
+def grad_tensors_text(grads: Iterable[tuple[str, np.ndarray]]) -> str:
+    """`grad_tensors.log`: each gradient's name, shape, dtype and values."""
+    out = []
+    for name, g in grads:
+        a = np.asarray(g)
+        out.append(f"{name}: shape={list(a.shape)} dtype={a.dtype}")
+        out.append(np.array2string(a, threshold=10_000, separator=", "))
+        out.append("")
+    return "\n".join(out)
 
 
 class Capture:
@@ -174,10 +189,10 @@ class Capture:
         if self.done:
             return
         self.done = True
-        files = _backward_files(self._shown(graph), self._kind, list(self.nodes))
+        files = backward_files(self._shown(graph), self._kind, list(self.nodes))
         if self.dump_grads:
-            files["grad_tensors.log"] = self._grad_tensors()
-        _write_set(self.path, files, "captured backward subgraph")
+            files["grad_tensors.log"] = grad_tensors_text(self.grads)
+        write_set(self.path, files, "captured backward subgraph")
 
     def _kind(self, node: GradNode) -> str:
         if isinstance(node, AccumulationNode):
@@ -197,15 +212,6 @@ class Capture:
             if any(nxt in self.nodes for nxt in node.edges if nxt is not None):
                 shown.setdefault(id(node), node)
         return shown
-
-    def _grad_tensors(self) -> str:
-        out = []
-        for name, g in self.grads:
-            a = np.asarray(g)
-            out.append(f"{name}: shape={list(a.shape)} dtype={a.dtype}")
-            out.append(np.array2string(a, threshold=10_000, separator=", "))
-            out.append("")
-        return "\n".join(out)
 
 
 class _Captures(Observer):
@@ -247,7 +253,7 @@ class BackwardDump(Observer):
         ran = [n for n in self.graph if n not in self.stops]
         shown = {id(n): n for n in self.graph}
         kind = {id(n): "leaf" if isinstance(n, AccumulationNode) else "inside" for n in shown.values()}
-        _write_set(self.path, _backward_files(shown, lambda n: kind[id(n)], ran), "backward graph")
+        write_set(self.path, backward_files(shown, lambda n: kind[id(n)], ran), "backward graph")
 
 
 class ForwardCapture:
@@ -284,7 +290,7 @@ class ForwardCapture:
         on the user's own exception, which must stay the one they see)."""
         try:
             if self.ops:
-                _write_set(self.path, {self.name: self._dot()}, "forward graph")
+                write_set(self.path, {self.name: self._dot()}, "forward graph")
         except OSError as exc:
             _log.warning(f"capture_fwd_graph_guard: could not write the forward graph to {self.path}: {exc}")
         finally:

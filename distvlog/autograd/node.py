@@ -8,7 +8,7 @@ import threading
 import traceback
 import weakref
 from collections.abc import Callable
-from types import CodeType
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,6 +65,19 @@ class Site:
     def __init__(self, code: CodeType, lasti: int, stack: tuple[tuple[CodeType, int], ...] | None = None) -> None:
         self.code, self.lasti = code, lasti
         self.stack = stack  # (code, line) per frame, outermost first: the source lines are read when printed
+
+    @classmethod
+    def at(cls, frame: FrameType, with_stack: bool = False) -> Site:
+        """Where `frame` is now, with (code, line) of it and every frame above it when asked: cheap enough to
+        take per op (no source line is read, no frame kept alive)."""
+        if not with_stack:
+            return cls(frame.f_code, frame.f_lasti)
+        stack = []
+        caller: FrameType | None = frame
+        while caller is not None:
+            stack.append((caller.f_code, caller.f_lineno))
+            caller = caller.f_back
+        return cls(frame.f_code, frame.f_lasti, tuple(reversed(stack)))
 
     @property
     def filename(self) -> str:

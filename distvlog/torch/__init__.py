@@ -24,12 +24,13 @@ except ImportError as exc:  # pragma: no cover (CI installs torch)
 from ..logger import set_vlog_level, vlog_guard
 from ._ddp import log_ddp
 from ._dist import InitError, finalize, init, is_initialized
-from ._guard import backward_vlog_guard
+from ._guard import backward_vlog_guard, capture_backward_subgraph_guard
 from ._nodelog import name_leaves
 
 __all__ = [
     "InitError",
     "backward_vlog_guard",
+    "capture_backward_subgraph_guard",
     "finalize",
     "init",
     "is_initialized",

@@ -1,4 +1,5 @@
-"""`backward_vlog_guard` on torch autograd: tag the nodes a thread creates inside, so that backward logs them.
+"""`backward_vlog_guard` and `capture_backward_subgraph_guard` on torch autograd: tag the nodes a thread
+creates inside, so that backward logs them (or dumps their subgraph: `_capture`).
 
 Torch has no hook where a node is created, so the guard installs a `TorchFunctionMode` (its stack is
 per thread in C++) that, after each torch call made inside, walks back from the call's outputs (and its
@@ -32,17 +33,20 @@ import contextlib
 import operator
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..autograd.graphviz import dump_dir
 from ..autograd.node import Site, tensor_name
 from ..autograd.nodelog import ENGINE
 from ..logger import level_for, vlog_rules
 from . import _names
+from ._capture import Capture
 from ._nodelog import LeafHook, leaf_name, leaf_prehook, numpy_dtype, posthook, prehook, report_failure
-from ._tag import KEY, SILENT, Tag
+from ._tag import CAPTURED, KEY, SILENT, Tag
 
 _ACCUMULATE_SEQ = (1 << 64) - 1  # AccumulateGrad's _sequence_nr(): never "created since"
 _BACKWARD = frozenset((torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad))
@@ -63,6 +67,8 @@ class _State:
         self.top: list | None = None  # the innermost open guard, None while none of them (nor the engine) logs
         self.mode: _Tagger | None = None  # while installed
         self.tagger = _Tagger(self)
+        self.captures: list[list] = []  # open capture guards as [Capture, first sequence number], innermost last
+        self.capture: list | None = None  # the innermost
 
     def update(self) -> None:
         """The innermost guard, and the mode installed exactly while one of the open guards or the engine's
@@ -70,7 +76,8 @@ class _State:
         calls through)."""
         wide = level_for(ENGINE) >= 3  # (then a guard below 3 marks its nodes, which keep out of the engine's)
         self.top = self.stack[-1] if self.stack and (self.loud or wide) else None
-        if self.top is not None or wide:
+        self.capture = self.captures[-1] if self.captures else None
+        if self.top is not None or self.capture is not None or wide:
             if self.mode is None:
                 self.mode = self.tagger
                 _push_mode(self.mode)
@@ -99,19 +106,44 @@ class _Tagger(TorchFunctionMode):
         self.state = state
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        top = self.state.top
+        top, capture = self.state.top, self.state.capture
         if func in _BACKWARD:
             _hook_graph(args, kwargs)
-        if top is None or _is_compiling():
+        if (top is None and capture is None) or _is_compiling():
             return func(*args, **kwargs) if kwargs else func(*args)
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         untracked = first is not None and not first.requires_grad  # (`x.requires_grad_()` makes a leaf of x)
         out = func(*args, **kwargs) if kwargs else func(*args)
         try:
-            _tag_outputs(func, out, first, untracked, kwargs.get("out") if kwargs else None, top)
+            tensors = _touched(out, first, kwargs.get("out") if kwargs else None)
+            if top is not None:
+                _tag_outputs(func, tensors, first, untracked, top)
+            if capture is not None:
+                created: list = []
+                for t in tensors:
+                    if t.grad_fn is not None:
+                        _walk(t.grad_fn, capture[1], created, CAPTURED, capture[0])
+                if created:
+                    capture[0].add(created, _user_site(with_stack=True))
         except Exception as exc:  # a failing tag must never break the user's forward
             report_failure("tagging", exc)
         return out
+
+
+def _touched(out: Any, first: torch.Tensor | None, out_arg: Any) -> list[torch.Tensor]:
+    """The tensors one call made or changed: its outputs, its first argument (an in-place op that returns
+    something else, or nothing) and `out=`."""
+    if isinstance(out, torch.Tensor):
+        tensors = [out]
+    elif type(out) is tuple or type(out) is list:
+        tensors = [t for t in out if isinstance(t, torch.Tensor)]
+    else:
+        tensors = []
+    if first is not None and not any(t is first for t in tensors):
+        tensors.append(first)
+    if isinstance(out_arg, torch.Tensor):
+        tensors.append(out_arg)
+    return tensors
 
 
 def _hook_graph(args: tuple, kwargs: dict | None) -> None:
@@ -145,34 +177,26 @@ def _hook_graph(args: tuple, kwargs: dict | None) -> None:
         report_failure("hooking the graph", exc)
 
 
-def _tag_outputs(func: Any, out: Any, first: torch.Tensor | None, untracked: bool, out_arg: Any, top: list) -> None:
-    """Tag what one call made: the nodes behind its outputs (its first argument and `out=` too), and a leaf
-    it returned that did not exist, or did not require grad, before."""
+def _tag_outputs(
+    func: Any, tensors: list[torch.Tensor], first: torch.Tensor | None, untracked: bool, top: list
+) -> None:
+    """Tag what one call made: the nodes behind the tensors it touched, and a leaf it returned that did not
+    exist, or did not require grad, before."""
     level, start = top
-    if isinstance(out, torch.Tensor):
-        tensors = [out]
-    elif type(out) is tuple or type(out) is list:
-        tensors = [t for t in out if isinstance(t, torch.Tensor)]
-    else:
-        tensors = []
-    if first is not None and not any(t is first for t in tensors):
-        tensors.append(first)  # an in-place op that returns something else, or nothing
-    if isinstance(out_arg, torch.Tensor):
-        tensors.append(out_arg)
     created: list = []
     for t in tensors:
         fn = t.grad_fn
         if fn is not None:
-            _walk(fn, start, created)
+            _walk(fn, start, created, KEY, SILENT)
         elif t.requires_grad and level >= 3 and (t is not first or untracked):
             _tag_leaf(t, level, getattr(func, "__name__", "tensor"))
     if created and level >= 3:  # (else they stay marked silent by the walk)
         _tag_nodes(created, level)
 
 
-def _walk(fn: Any, start: int, created: list) -> None:
-    """Collect the untagged nodes created since `start`, from `fn` back (each marked at once, so a node
-    reached twice is taken once)."""
+def _walk(fn: Any, start: int, created: list, key: str, mark: Any) -> None:
+    """Collect the nodes created since `start` that have no `key` in their metadata, from `fn` back (each
+    marked at once, so a node reached twice is taken once)."""
     todo = [fn]
     while todo:
         node = todo.pop()
@@ -180,9 +204,9 @@ def _walk(fn: Any, start: int, created: list) -> None:
         if seq < start or seq == _ACCUMULATE_SEQ:
             continue
         meta = node.metadata
-        if KEY in meta:
+        if key in meta:
             continue
-        meta[KEY] = SILENT
+        meta[key] = mark
         created.append((seq, node))
         for nxt, _ in node.next_functions:
             if nxt is not None:
@@ -211,12 +235,12 @@ def _tag_leaf(t: torch.Tensor, level: int, api: str) -> None:
     t.register_hook(LeafHook(level, _user_site() if level >= 5 else None, name))
 
 
-def _user_site() -> Site:
-    """The first frame outside torch and distvlog: the user's forward line."""
+def _user_site(with_stack: bool = False) -> Site:
+    """The first frame outside torch and distvlog: the user's forward line (and its stack when asked)."""
     frame = sys._getframe(1)
     while frame.f_back is not None and frame.f_code.co_filename.startswith((_TORCH_DIR, _DISTVLOG_DIR)):
         frame = frame.f_back
-    return Site(frame.f_code, frame.f_lasti)
+    return Site.at(frame, with_stack)
 
 
 def _check_level(level: object) -> int:
@@ -244,16 +268,41 @@ class backward_vlog_guard(contextlib.ContextDecorator):
         state.update()
 
     def __exit__(self, *exc: object) -> None:
-        state, entry = self.state, self.entry
-        stack = state.stack
-        if stack and stack[-1] is entry:
-            stack.pop()
-        elif any(e is entry for e in stack):
-            stack[:] = [e for e in stack if e is not entry]
-        else:
-            return  # closed twice
-        state.loud -= entry[0] >= 3
-        state.update()
+        if _close(self.state.stack, self.entry):
+            self.state.loud -= self.entry[0] >= 3
+            self.state.update()
+
+
+class capture_backward_subgraph_guard(contextlib.ContextDecorator):
+    """Capture the autograd nodes this thread creates inside; the first backward that runs them writes the
+    subgraph to `dump_dir_path` when it is done (Graphviz files, forward lines, the gradients when asked)."""
+
+    def __init__(self, dump_dir_path: str | Path, need_dump_grad_tensors: bool = False) -> None:
+        self.path, self.dump_grads = dump_dir(dump_dir_path, "capture_backward_subgraph_guard"), need_dump_grad_tensors
+
+    def _recreate_cm(self) -> capture_backward_subgraph_guard:
+        return capture_backward_subgraph_guard(self.path, self.dump_grads)
+
+    def __enter__(self) -> None:
+        self.state = _state()
+        self.entry = [Capture(self.path, self.dump_grads), _next_seq()]
+        self.state.captures.append(self.entry)
+        self.state.update()
+
+    def __exit__(self, *exc: object) -> None:
+        if _close(self.state.captures, self.entry):
+            self.state.update()
+
+
+def _close(stack: list, entry: list) -> bool:
+    """Take a guard's entry off its thread's stack wherever it is (False: it was closed already)."""
+    if stack and stack[-1] is entry:
+        stack.pop()
+    elif any(e is entry for e in stack):
+        stack[:] = [e for e in stack if e is not entry]
+    else:
+        return False
+    return True
 
 
 def _on_top(mode: _Tagger | None) -> bool:

@@ -35,7 +35,7 @@ from ._tag import KEY, Tag
 _current_node = torch._C._current_autograd_node
 _graph_task_id = torch._C._current_graph_task_id
 _will_run = torch._C._will_engine_execute_node
-_ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"  # (its name(); torch_node says AccumulateGrad)
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"  # (its name(); torch_node says AccumulateGrad)
 _log = get_logger(ENGINE)
 _running = threading.local()  # per thread, the nodes begun and not finished, innermost last (see prehook)
 _MAX_OPEN = 32  # entries a failed backward can leave there, kept at most
@@ -139,7 +139,7 @@ class _Op:
 op_of = functools.lru_cache(maxsize=1024)(_Op)
 
 
-class _Neighbour:
+class Neighbour:
     """A node a tagged node sends a gradient to: named by its tag, as GradNodeAccumulation for a leaf, else by
     torch's name (`SubBackward0`: a node no guard tagged was never numbered)."""
 
@@ -150,7 +150,7 @@ class _Neighbour:
         meta = fn._input_metadata[nr]
         shape, dtype = self.out_shape, self.out_dtype = tuple(meta.shape), numpy_dtype(meta.dtype)
         name = fn.name()
-        if name == _ACCUMULATE_GRAD:
+        if name == ACCUMULATE_GRAD:
             self.name, self.out_name = "GradNodeAccumulation", leaf_name(fn.variable)
             return
         tag = fn.metadata.get(KEY)
@@ -193,7 +193,7 @@ class TorchNode(NodeView):
     def __init__(self, fn: Any, tag: Tag, grad: np.ndarray, state: _Pass) -> None:
         self.fn, self.name, self.seq, self.site = fn, tag.name, tag.seq, tag.site
         self.out_shape, self.out_dtype = grad.shape, grad.dtype
-        edges: list[_Neighbour | None] = []
+        edges: list[Neighbour | None] = []
         for nxt, nr in fn.next_functions:
             if nxt is None:
                 edges.append(None)
@@ -202,7 +202,7 @@ class TorchNode(NodeView):
                 if view is not None and view.fn is nxt and view.nr == nr:
                     break
             else:
-                view = _Neighbour(nxt, nr)
+                view = Neighbour(nxt, nr)
             edges.append(view)
         self.edges = edges = tuple(edges)
         inputs, plan = _plan(type(fn), tag.op, len(edges))

@@ -8,6 +8,7 @@ from ..autograd.node import Site
 from . import _names
 
 KEY = "distvlog"  # the tag's key in node.metadata
+CAPTURED = "distvlog.capture"  # the key of the capture guard that captured a node
 _kinds: dict[str, tuple[str, str]] = {}  # torch's node name -> (its short name, its Paddle op)
 
 
