@@ -42,11 +42,45 @@ def _timer_loop() -> None:
 
 def _at_exit() -> None:
     """A normal exit ends the rank's log with END_RECORD, whatever started the process (an unhandled
-    exception, `sys.last_value`, has logged its F record instead)."""
+    exception, `sys.last_value`, has logged its F record instead). A rank of several that leaves by a
+    non-zero `sys.exit()` ends the job instead, as an exception does (see `_ExitStatus`)."""
     SINK.buffer_bytes = 0  # records logged by later exit hooks go straight to the file
+    if _exit_call and IDENTITY.world_size > 1:
+        status, where = _exit_call
+        code = status if isinstance(status, int) else 1
+        with contextlib.suppress(Exception):
+            log_at("critical", f"exited with status {status}", where)
+        abort_job(code)
     if not hasattr(sys, "last_value"):
         log_end()
     SINK.settle()
+
+
+_exit_call: list = []  # the main thread's sys.exit(non-zero) on its way out: [status, where it was called]
+
+
+class _ExitStatus(SystemExit):
+    """A non-zero `sys.exit()` of the main thread. Under plain `mpirun` a rank that leaves that way would
+    wait in MPI_Finalize for ranks that wait for it in a collective: the job would hang. So the exit hook
+    ends the job, but only if this exit is the one the process ends with: dropped by a script that caught it
+    (Python frames still run), it forgets the call; dropped by the interpreter as it exits, with no Python
+    frame left, it leaves the call for the exit hook."""
+
+    def __del__(self) -> None:
+        try:
+            sys._getframe(1)
+        except ValueError:
+            return
+        _exit_call.clear()
+
+
+def _exit(status: object = None) -> None:
+    """`sys.exit` for a process that is one rank of several."""
+    if status not in (None, 0) and threading.current_thread() is threading.main_thread():
+        frame = sys._getframe(1)
+        _exit_call[:] = [status, traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)]
+        raise _ExitStatus(status)
+    raise SystemExit(status)
 
 
 _end = {"logged": False}
@@ -284,7 +318,7 @@ def abort_job(code: int) -> None:
     if mpi is None and not pmi_fd.isdigit():
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C meanwhile would only interrupt the abort)
-    SINK.flush()
+    SINK.settle()  # (the abort kills this process too: no reserve may be left in its file)
     time.sleep(2 * FLUSH_INTERVAL_S)
     with contextlib.suppress(Exception):
         sys.stderr.flush()
@@ -331,6 +365,8 @@ def install() -> None:
 
     sys.excepthook = excepthook
     threading.excepthook = thread_excepthook
+    if IDENTITY.world_size > 1:
+        sys.exit = _exit
     atexit.register(_at_exit)
     # A multiprocessing worker forked from this process ends with os._exit() right after
     # threading._shutdown(), without atexit: it settles its file there (the registration is inherited by the
