@@ -47,9 +47,9 @@ def _at_exit() -> None:
     SINK.buffer_bytes = 0  # records logged by later exit hooks go straight to the file
     if _exit_call and IDENTITY.world_size > 1:
         status, where = _exit_call
-        code = status if isinstance(status, int) else 1
+        code, message = (int(status), "") if isinstance(status, int) else (1, f": {status}")  # (Python's rule)
         with contextlib.suppress(Exception):
-            log_at("critical", f"exited with status {status}", where)
+            log_at("critical", f"exited with status {code}{message}", where)
         abort_job(code)
     if not hasattr(sys, "last_value"):
         log_end()
