@@ -4,8 +4,8 @@ The guard (in `_guard`) hands over the nodes its thread created inside; each get
 gradients are wanted, a hook). The first backward that runs one of them queues the dump for its end, as our
 engine writes a capture at the end of the pass: Paddle's files (`backward_graph.dot`,
 `ref_forward_graph.dot`, `call_stack.log`, `grad_tensors.log`) through our engine's writer, with torch's
-nodes read as ours. Captured nodes are grey, the nodes they send gradients to orange (leaves teal); a
-node no backward_vlog_guard numbered keeps torch's name. Once per guard; a failure is said once and never
+nodes read as ours. The captured nodes that backward ran are grey, the nodes they send gradients to orange
+(leaves teal); a node no backward_vlog_guard numbered keeps torch's name. Once per guard; a failure is said once and never
 breaks the backward.
 """
 
@@ -29,11 +29,13 @@ _graph_task_id = torch._C._current_graph_task_id
 
 
 class Capture:
-    """The nodes one guard captured (held until their dump is written) and the gradients they ran with."""
+    """What one guard captured: its nodes hold it (`node.metadata`, with their forward line); it holds the
+    nodes only while the backward that runs them does (a torch node takes no weak reference, and a capture
+    holding its nodes would be a cycle through C++ that the garbage collector cannot see)."""
 
     def __init__(self, path: Path, dump_grads: bool) -> None:
         self.path, self.dump_grads = path, dump_grads
-        self.nodes: list[tuple[Any, Site | None]] = []
+        self.ran: list[tuple[Any, Site | None]] = []  # the captured nodes this pass ran, until its end
         self.grads: list[tuple[str, np.ndarray]] = []
         self.task: int | None = None  # the backward pass whose end writes the dump
         self.done = False
@@ -41,15 +43,16 @@ class Capture:
     def add(self, created: list, site: Site | None) -> None:
         """The nodes (as `(sequence number, node)`) one call inside the guard created, at the user's line."""
         for _, node in created:
-            self.nodes.append((node, site))
+            node.metadata[CAPTURED] = (self, site)
             node.register_prehook(_prehook)
             if self.dump_grads:
                 node.register_hook(_posthook)
 
-    def ran(self, fn: Any, grad_outputs: tuple) -> None:
+    def runs(self, fn: Any, site: Site | None, grad_outputs: tuple) -> None:
         if self.task is None:
             self.task = _graph_task_id()
             torch.autograd.Variable._execution_engine.queue_callback(self.finish)
+        self.ran.append((fn, site))
         if self.dump_grads:
             self._keep(Neighbour(fn, 0).out_name, grad_outputs)
 
@@ -69,7 +72,7 @@ class Capture:
             return
         self.done = True
         try:
-            shown, kind, inside = _views(self.nodes)
+            shown, kind, inside = _views(self.ran)
             files = backward_files(shown, kind, inside)
             if self.dump_grads:
                 files["grad_tensors.log"] = grad_tensors_text(self.grads)
@@ -77,15 +80,15 @@ class Capture:
         except Exception as exc:  # the user's backward goes on
             report_failure("backward subgraph capture", exc)
         finally:
-            self.nodes.clear()
+            self.ran.clear()
 
 
 def _prehook(grad_outputs: tuple) -> None:
     try:
         fn = _current_node()
-        capture = fn.metadata[CAPTURED]
+        capture, site = fn.metadata[CAPTURED]
         if not capture.done:
-            capture.ran(fn, grad_outputs)
+            capture.runs(fn, site, grad_outputs)
     except Exception as exc:
         report_failure("capture pre-hook", exc)
 
@@ -93,7 +96,7 @@ def _prehook(grad_outputs: tuple) -> None:
 def _posthook(grad_inputs: tuple, grad_outputs: tuple) -> None:
     try:
         fn = _current_node()
-        capture = fn.metadata[CAPTURED]
+        capture, _ = fn.metadata[CAPTURED]
         if not capture.done:
             capture.sent(fn, grad_inputs)
     except Exception as exc:

@@ -3,9 +3,11 @@ stacks and gradients, written once by the backward that runs them; a dump that f
 
 from __future__ import annotations
 
+import gc
 import re
 import shutil
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -122,3 +124,15 @@ def test_the_capture_is_per_thread(tmp_path):
     (inside + made["cos"]).sum().backward()
     stacks = dumped(tmp_path)["call_stack.log"].read_text()
     assert "SinBackward0" in stacks and "CosBackward0" not in stacks
+
+
+def test_a_capture_never_run_by_a_backward_leaves_no_graph_behind(tmp_path):
+    """A capture holds its nodes only while a backward runs them: a graph dropped without backward is freed
+    (its saved tensors with it), and nothing is written."""
+    a = torch.randn(1000, requires_grad=True) * 1
+    saved = weakref.ref(a)
+    with dvt.capture_backward_subgraph_guard(tmp_path / "dump"):
+        b = torch.sin(a)  # SinBackward0 saves a
+    del a, b
+    gc.collect()
+    assert saved() is None and not list((tmp_path / "dump").iterdir())
