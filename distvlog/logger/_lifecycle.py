@@ -48,8 +48,9 @@ def _at_exit() -> None:
     if _exit_call and IDENTITY.world_size > 1:
         status, where = _exit_call
         code, message = (int(status), "") if isinstance(status, int) else (1, f": {status}")  # (Python's rule)
-        with contextlib.suppress(Exception):
-            log_at("critical", f"exited with status {code}{message}", where)
+        if not _failed["logged"]:  # (`distvlog launch`'s runner logs the exit itself)
+            with contextlib.suppress(Exception):
+                log_at("critical", f"exited with status {code}{message}", where)
         abort_job(code)
     if not hasattr(sys, "last_value"):
         log_end()
@@ -84,6 +85,7 @@ def _exit(status: object = None) -> None:
 
 
 _end = {"logged": False}
+_failed = {"logged": False}  # whether this process has logged its failure (an F record) already
 
 
 def log_end() -> None:
@@ -293,6 +295,7 @@ def _users_frame(frames: list[traceback.FrameSummary]) -> traceback.FrameSummary
 def log_failure(event: str, exc: BaseException | None, tb: Any, fatal: bool = True) -> None:
     """An F (or E) record where `exc` was raised, to the file only (whoever handles `exc` prints it to
     stderr once), flushed at once. Never raises: it runs while the program is already failing."""
+    _failed["logged"] = _failed["logged"] or fatal
     with contextlib.suppress(Exception):  # a record that cannot be written must not hide the failure itself
         log_at("critical" if fatal else "error", event, _raising_line(exc, tb))
 
