@@ -21,7 +21,7 @@ from ..format import BLOCKED_IN_C, END_RECORD, IN_PYTHON, OWN_FILE, OWN_LINE
 from . import _env
 from ._identity import IDENTITY
 from ._logger import unechoed_logger
-from ._processors import PACKAGE_DIR
+from ._processors import PACKAGE_DIR, is_distvlog_file
 from ._sink import SINK, RankFile
 
 _LOGGER_DIR = os.path.join(os.path.dirname(__file__), "")  # distvlog/logger/
@@ -76,16 +76,22 @@ class _ExitStatus(SystemExit):
 
 
 def _exit(status: object = None) -> None:
-    """`sys.exit` for a process that is one rank of several."""
-    if status not in (None, 0) and threading.current_thread() is threading.main_thread():
-        frame = sys._getframe(1)
+    """`sys.exit` for a process that is one rank of several (distvlog's own processes, such as `distvlog
+    launch`'s rank parents, end as they choose)."""
+    frame = sys._getframe(1)
+    if (
+        status not in (None, 0)
+        and threading.current_thread() is threading.main_thread()
+        and not is_distvlog_file(frame.f_code.co_filename)
+    ):
         _exit_call[:] = [status, traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)]
         raise _ExitStatus(status)
     raise SystemExit(status)
 
 
 _end = {"logged": False}
-_failed = {"logged": False}  # whether this process has logged its failure (an F record) already
+_failed = {"logged": False}
+_ABORT_WAIT_MAX_S = 2.0  # (a long DISTVLOG_FLUSH_INTERVAL must not hold an abort; mapped files need no wait)  # whether this process has logged its failure (an F record) already
 
 
 def log_end() -> None:
@@ -312,9 +318,10 @@ def abort_job(code: int) -> None:
     """End the whole job with status `code`, as `python -m mpi4py` does for an unhandled exception: through
     MPI if this process initialised it, else through a Hydra launcher's PMI connection (MPICH, Intel MPI),
     which needs no MPI_Init. Returns when neither applies (Open MPI ends the job when a rank exits non-zero;
-    torchrun's agent when one fails). First this rank's records are flushed, and the other ranks get two
-    flush intervals for theirs: they are usually blocked in MPI with the interpreter lock released, so their
-    flush threads run, and the abort kills them with SIGKILL, which no handler sees."""
+    torchrun's agent when one fails). First this rank's file is settled, and the other ranks get two flush
+    intervals (2 s at most) for records they buffer (unmapped files): they are usually blocked in MPI with
+    the interpreter lock released, so their flush threads run, and the abort kills them with SIGKILL, which
+    no handler sees."""
     mpi = sys.modules.get("mpi4py.MPI")
     mpi = mpi if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else None
     pmi_fd = os.environ.get("PMI_FD", "")
@@ -322,7 +329,7 @@ def abort_job(code: int) -> None:
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C meanwhile would only interrupt the abort)
     SINK.settle()  # (the abort kills this process too: no reserve may be left in its file)
-    time.sleep(2 * FLUSH_INTERVAL_S)
+    time.sleep(min(2 * FLUSH_INTERVAL_S, _ABORT_WAIT_MAX_S))
     with contextlib.suppress(Exception):
         sys.stderr.flush()
     if mpi is not None:
