@@ -26,7 +26,7 @@ def _user_site(with_stack: bool, skip: int = 2) -> Site:
     frame = sys._getframe(skip)
     while frame.f_back is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
         frame = frame.f_back
-    return Site.at(frame, with_stack)
+    return Site.at(frame, with_stack=True) if with_stack else Site(frame.f_code, frame.f_lasti)  # (per node)
 
 
 _WEAK = (int, float, bool, type(None))  # Python scalars take the tensors' dtype, as in Paddle; None: no operand
