@@ -21,21 +21,21 @@ import torch
 from ..autograd.graphviz import backward_files, grad_tensors_text, write_set
 from ..autograd.node import Site
 from . import _names
-from ._nodelog import ACCUMULATE_GRAD, Neighbour, as_array, report_failure
+from ._nodelog import ACCUMULATE_GRAD, Neighbour, as_array, op_of, report_failure
 from ._tag import CAPTURED, tag_of
 
 _current_node = torch._C._current_autograd_node
 _graph_task_id = torch._C._current_graph_task_id
 
 
-class Capture:
-    """What one guard captured: its nodes hold it (`node.metadata`, with their forward line); it holds the
-    nodes only while the backward that runs them does (a torch node takes no weak reference, and a capture
-    holding its nodes would be a cycle through C++ that the garbage collector cannot see)."""
+class TorchCapture:
+    """What one guard captured: its nodes hold it (`node.metadata`, with their forward line). It holds no
+    node (a torch node takes no weak reference, and a capture holding its nodes would be a cycle through C++
+    that the garbage collector cannot see): the backward that runs them leaves it plain data about them."""
 
     def __init__(self, path: Path, dump_grads: bool) -> None:
         self.path, self.dump_grads = path, dump_grads
-        self.ran: list[tuple[Any, Site | None]] = []  # the captured nodes this pass ran, until its end
+        self.ran: list[_GraphNode] = []  # the captured nodes the pass ran
         self.grads: list[tuple[str, np.ndarray]] = []
         self.task: int | None = None  # the backward pass whose end writes the dump
         self.done = False
@@ -49,10 +49,11 @@ class Capture:
                 node.register_hook(_posthook)
 
     def runs(self, fn: Any, site: Site | None, grad_outputs: tuple) -> None:
-        if self.task is None:
-            self.task = _graph_task_id()
+        task = _graph_task_id()
+        if task != self.task:  # the first pass to run them (or the next, when that one failed)
+            self.task, self.ran, self.grads = task, [], []
             torch.autograd.Variable._execution_engine.queue_callback(self.finish)
-        self.ran.append((fn, site))
+        self.ran.append(_GraphNode.of(fn, site, with_edges=True))
         if self.dump_grads:
             self._keep(Neighbour(fn, 0).out_name, grad_outputs)
 
@@ -72,15 +73,15 @@ class Capture:
             return
         self.done = True
         try:
-            shown, kind, inside = _views(self.ran)
-            files = backward_files(shown, kind, inside)
+            shown, kind = _joined(self.ran)
+            files = backward_files(shown, kind, self.ran)
             if self.dump_grads:
                 files["grad_tensors.log"] = grad_tensors_text(self.grads)
             write_set(self.path, files, "captured backward subgraph")
         except Exception as exc:  # the user's backward goes on
             report_failure("backward subgraph capture", exc)
         finally:
-            self.ran.clear()
+            self.ran, self.grads = [], []
 
 
 def _prehook(grad_outputs: tuple) -> None:
@@ -103,60 +104,51 @@ def _posthook(grad_inputs: tuple, grad_outputs: tuple) -> None:
         report_failure("capture hook", exc)
 
 
-class _Op:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
 class _GraphNode:
-    """A torch node as the graph writer reads a GradNode: name, op and number, edges (views of the nodes it
-    sends to), the (shape, dtype) of each gradient it sends, the forward line."""
+    """A torch node as the graph writer reads a GradNode, as plain data: its address (as the node log prints
+    it), name, op and number, forward line; for a captured node, its edges (the nodes it sends to), the
+    (shape, dtype) and name of each gradient it sends."""
 
-    def __init__(self, fn: Any, site: Site | None) -> None:
-        self.fn, self.site = fn, site
+    __slots__ = ("address", "name", "out_name", "op", "seq", "site", "leaf", "edges", "in_meta", "inputs")
+
+    @classmethod
+    def of(cls, fn: Any, site: Site | None, with_edges: bool = False) -> _GraphNode:
+        node = cls()
         me = Neighbour(fn, 0) if fn._input_metadata else None
-        self.name = me.name if me is not None else fn.name()
-        self.out_name = me.out_name if me is not None else "None"
         tag = tag_of(fn)
-        self.op = _Op(tag.op if tag is not None else _names.paddle_op(fn.name()))
-        self.seq = tag.seq if tag is not None else fn._sequence_nr()
-        self.edges: tuple = ()
-        self.in_meta: tuple = ()
-        self.inputs: tuple[str, ...] = ()
+        node.address, node.site, node.leaf = id(fn), site, fn.name() == ACCUMULATE_GRAD
+        node.name = me.name if me is not None else fn.name()
+        node.out_name = me.out_name if me is not None else "None"
+        node.op = op_of(tag.op if tag is not None else _names.paddle_op(fn.name()), (), ())
+        node.seq = tag.seq if tag is not None else fn._sequence_nr()
+        node.edges, node.in_meta, node.inputs = (), (), ()
+        if with_edges:
+            sent = [(Neighbour(nxt, nr), nxt) if nxt is not None else (None, None) for nxt, nr in fn.next_functions]
+            node.edges = tuple(cls.of(nxt, None) if n is not None else None for n, nxt in sent)
+            node.in_meta = tuple((n.out_shape, n.out_dtype) if n is not None else None for n, _ in sent)
+            node.inputs = tuple(n.out_name if n is not None else "None" for n, _ in sent)
+        return node
 
     def input_name(self, slot: int) -> str:
         return self.inputs[slot]
 
     def __repr__(self) -> str:
-        return f"{self.name}(0x{id(self.fn):x})"
+        return f"{self.name}(0x{self.address:x})"
 
 
-def _views(captured: list[tuple[Any, Site | None]]) -> tuple[dict, Any, list]:
-    """The captured nodes and the nodes they send to, as views joined by their edges."""
-    views: dict[int, _GraphNode] = {}
-
-    def view(fn: Any, site: Site | None = None) -> _GraphNode:
-        v = views.get(id(fn))
-        if v is None:
-            v = views[id(fn)] = _GraphNode(fn, site)
-        return v
-
-    inside = [view(fn, site) for fn, site in captured]
-    for v in inside:
-        edges, meta, names = [], [], []
-        for nxt, nr in v.fn.next_functions:
-            n = Neighbour(nxt, nr) if nxt is not None else None
-            edges.append(view(nxt) if n is not None else None)
-            meta.append((n.out_shape, n.out_dtype) if n is not None else None)
-            names.append(n.out_name if n is not None else "None")
-        v.edges, v.in_meta, v.inputs = tuple(edges), tuple(meta), tuple(names)
-    shown = {id(v.fn): v for v in views.values()}  # (by the node's address, as the node log prints it)
-    return shown, functools.partial(_kind, {id(v) for v in inside}), inside
+def _joined(ran: list[_GraphNode]) -> tuple[dict, Any]:
+    """The captured nodes and the nodes they send to, by address, their edges pointing at one another."""
+    shown = {node.address: node for node in ran}
+    for node in ran:
+        for nxt in node.edges:
+            if nxt is not None:
+                shown.setdefault(nxt.address, nxt)
+    for node in ran:
+        node.edges = tuple(shown[nxt.address] if nxt is not None else None for nxt in node.edges)
+    return shown, functools.partial(_kind, {node.address for node in ran})
 
 
-def _kind(inside: set[int], v: _GraphNode) -> str:
-    if v.fn.name() == ACCUMULATE_GRAD:
+def _kind(inside: set[int], node: _GraphNode) -> str:
+    if node.leaf:
         return "leaf"
-    return "inside" if id(v) in inside else "outside"
+    return "inside" if node.address in inside else "outside"

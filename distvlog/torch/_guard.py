@@ -44,7 +44,7 @@ from ..autograd.node import Site, tensor_name
 from ..autograd.nodelog import ENGINE
 from ..logger import level_for, vlog_rules
 from . import _names
-from ._capture import Capture
+from ._capture import TorchCapture
 from ._nodelog import LeafHook, leaf_name, leaf_prehook, numpy_dtype, posthook, prehook, report_failure
 from ._tag import CAPTURED, KEY, SILENT, Tag
 
@@ -67,7 +67,7 @@ class _State:
         self.top: list | None = None  # the innermost open guard, None while none of them (nor the engine) logs
         self.mode: _Tagger | None = None  # while installed
         self.tagger = _Tagger(self)
-        self.captures: list[list] = []  # open capture guards as [Capture, first sequence number], innermost last
+        self.captures: list[list] = []  # open capture guards as [TorchCapture, first seq], innermost last
         self.capture: list | None = None  # the innermost
 
     def update(self) -> None:
@@ -285,7 +285,7 @@ class capture_backward_subgraph_guard(contextlib.ContextDecorator):
 
     def __enter__(self) -> None:
         self.state = _state()
-        self.entry = [Capture(self.path, self.dump_grads), _next_seq()]
+        self.entry = [TorchCapture(self.path, self.dump_grads), _next_seq()]
         self.state.captures.append(self.entry)
         self.state.update()
 

@@ -136,3 +136,32 @@ def test_a_capture_never_run_by_a_backward_leaves_no_graph_behind(tmp_path):
     del a, b
     gc.collect()
     assert saved() is None and not list((tmp_path / "dump").iterdir())
+
+
+def test_a_backward_that_fails_leaves_no_graph_behind_and_the_next_one_writes(tmp_path):
+    """A backward that raises after running a captured node (torch then never ends its pass): the graph is
+    still freed once dropped, and the next backward through captured nodes writes the dump."""
+
+    class Fails(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            raise RuntimeError("bad backward")
+
+    a = torch.randn(1000, requires_grad=True) * 1
+    saved = weakref.ref(a)
+    failing = Fails.apply(a)  # made before sin: torch runs it after sin
+    with dvt.capture_backward_subgraph_guard(tmp_path / "dump"):
+        b = torch.sin(a)
+    with pytest.raises(RuntimeError, match="bad backward"):
+        (b.sum() + failing.sum()).backward(retain_graph=True)
+    assert not list((tmp_path / "dump").iterdir())
+    del failing
+    b.sum().backward()
+    assert "SinBackward0" in dumped(tmp_path)["call_stack.log"].read_text()
+    del a, b
+    gc.collect()
+    assert saved() is None
