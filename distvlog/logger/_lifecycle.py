@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import signal
+import stat
 import sys
 import sysconfig
 import threading
 import time
 import traceback
+import weakref
 from typing import Any
 
 from ..format import BLOCKED_IN_C, END_RECORD, IN_PYTHON, OWN_FILE, OWN_LINE
@@ -45,53 +48,58 @@ def _at_exit() -> None:
     exception, `sys.last_value`, has logged its F record instead). A rank of several that leaves by a
     non-zero `sys.exit()` ends the job instead, as an exception does (see `_ExitStatus`)."""
     SINK.buffer_bytes = 0  # records logged by later exit hooks go straight to the file
-    if _exit_call and IDENTITY.world_size > 1:
-        status, where = _exit_call
+    if _exit_call and IDENTITY.world_size > 1 and _exiting_by(_exit_call[2]):
+        status, where, _ = _exit_call
         code, message = (int(status), "") if isinstance(status, int) else (1, f": {status}")  # (Python's rule)
         if not _failed["logged"]:  # (`distvlog launch`'s runner logs the exit itself)
             with contextlib.suppress(Exception):
                 log_at("critical", f"exited with status {code}{message}", where)
-        abort_job(code)
-    if not hasattr(sys, "last_value"):
+        abort_job(code)  # (returns where no MPI or Hydra can end the job: torchrun's agent does)
+    elif not hasattr(sys, "last_value"):
         log_end()
     SINK.settle()
 
 
-_exit_call: list = []  # the main thread's sys.exit(non-zero) on its way out: [status, where it was called]
+_exit_call: list = []  # the main thread's last sys.exit(non-zero): [status, where it was called, the exception]
 
 
 class _ExitStatus(SystemExit):
     """A non-zero `sys.exit()` of the main thread. Under plain `mpirun` a rank that leaves that way would
     wait in MPI_Finalize for ranks that wait for it in a collective: the job would hang. So the exit hook
-    ends the job, but only if this exit is the one the process ends with: dropped by a script that caught it
-    (Python frames still run), it forgets the call; dropped by the interpreter as it exits, with no Python
-    frame left, it leaves the call for the exit hook."""
+    ends the job, but only if this exit is the one the process ends with (`_exiting_by`): dropped by a
+    script that caught it (Python frames still run), it forgets the call."""
 
     def __del__(self) -> None:
         try:
             sys._getframe(1)
         except ValueError:
-            return
+            return  # dropped by the interpreter as it exits, with no Python frame left
         _exit_call.clear()
+
+
+def _exiting_by(exc: weakref.ref) -> bool:
+    """Whether the process exits by that sys.exit(): the interpreter dropped it, not a script that keeps it
+    (a reference, or a cycle the collector has not freed yet)."""
+    gc.collect()  # (a cycle through the caught exception's traceback; its __del__ forgets the call)
+    return bool(_exit_call) and exc() is None
 
 
 def _exit(status: object = None) -> None:
     """`sys.exit` for a process that is one rank of several (distvlog's own processes, such as `distvlog
     launch`'s rank parents, end as they choose)."""
     frame = sys._getframe(1)
-    if (
-        status not in (None, 0)
-        and threading.current_thread() is threading.main_thread()
-        and not is_distvlog_file(frame.f_code.co_filename)
-    ):
-        _exit_call[:] = [status, traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)]
-        raise _ExitStatus(status)
+    if isinstance(status, int) and status == 0 or status is None:
+        _exit_call.clear()  # (a later success undoes an exit the script caught)
+    elif threading.current_thread() is threading.main_thread() and not is_distvlog_file(frame.f_code.co_filename):
+        exc = _ExitStatus(status)
+        _exit_call[:] = [status, _users_frame(traceback.extract_stack(frame)), weakref.ref(exc)]
+        raise exc
     raise SystemExit(status)
 
 
 _end = {"logged": False}
-_failed = {"logged": False}
-_ABORT_WAIT_MAX_S = 2.0  # (a long DISTVLOG_FLUSH_INTERVAL must not hold an abort; mapped files need no wait)  # whether this process has logged its failure (an F record) already
+_failed = {"logged": False}  # whether this process has logged its failure (an F record) already
+_ABORT_WAIT_MAX_S = 2.0  # a long DISTVLOG_FLUSH_INTERVAL must not hold an abort (mapped files need no wait)
 
 
 def log_end() -> None:
@@ -325,7 +333,9 @@ def abort_job(code: int) -> None:
     mpi = sys.modules.get("mpi4py.MPI")
     mpi = mpi if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else None
     pmi_fd = os.environ.get("PMI_FD", "")
-    if mpi is None and not pmi_fd.isdigit():
+    if not (pmi_fd.isdigit() and _is_socket(int(pmi_fd))):
+        pmi_fd = ""  # (inherited by a subprocess of a rank, which closed it: the number may be a file now)
+    if mpi is None and not pmi_fd:
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C meanwhile would only interrupt the abort)
     SINK.settle()  # (the abort kills this process too: no reserve may be left in its file)
@@ -336,9 +346,16 @@ def abort_job(code: int) -> None:
         mpi.COMM_WORLD.Abort(code)
     try:  # Hydra kills this process at once; the wait is bounded, for a PMI_FD of some other launcher
         os.write(int(pmi_fd), f"cmd=abort exitcode={code}\n".encode())
-    except OSError:
+    except (OSError, ValueError):
         return
     time.sleep(SIGNAL_GRACE_S)
+
+
+def _is_socket(fd: int) -> bool:
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal: bool) -> None:

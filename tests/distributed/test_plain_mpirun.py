@@ -110,9 +110,9 @@ from mpi4py import MPI
 
 dv.init()
 try:
-    sys.exit(2)  # caught: the script goes on, and this exit must not end the job
-except SystemExit:
-    pass
+    sys.exit(2)  # caught and kept: the script goes on, and this exit must not end the job
+except SystemExit as caught:
+    kept = caught
 dv.get_logger("job").info("went on")
 if dv.get_rank() == 1 and "--exit" in sys.argv:
     sys.exit(3)  # @exit
