@@ -33,6 +33,7 @@ import contextlib
 import operator
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +166,8 @@ def _hook_graph(args: tuple, kwargs: dict | None) -> None:
             seen.add(id(node))
             if KEY not in node.metadata:  # (a guard's node, or one already hooked, keeps its tag)
                 if node._sequence_nr() == _ACCUMULATE_SEQ:
-                    leaves.append(node)
+                    if id(node.variable) not in _guarded_leaves:
+                        leaves.append(node)
                 else:
                     nodes.append((node._sequence_nr(), node))
             todo += [nxt for nxt, _ in node.next_functions if nxt is not None]
@@ -188,7 +190,7 @@ def _tag_outputs(
         fn = t.grad_fn
         if fn is not None:
             _walk(fn, start, created, KEY, SILENT)
-        elif t.requires_grad and level >= 3 and (t is not first or untracked):
+        elif t.requires_grad and (t is not first or untracked):
             _tag_leaf(t, level, getattr(func, "__name__", "tensor"))
     if created and level >= 3:  # (else they stay marked silent by the walk)
         _tag_nodes(created, level)
@@ -229,10 +231,18 @@ _first = operator.itemgetter(0)
 
 
 def _tag_leaf(t: torch.Tensor, level: int, api: str) -> None:
-    """A leaf made inside: named as Paddle names a tensor a creation API made (`randn1_out_float32_2x3`)."""
-    api = api.rstrip("_")
-    name = tensor_name(api, _names.next_seq(api), numpy_dtype(t.dtype), tuple(t.shape))
-    t.register_hook(LeafHook(level, _user_site() if level >= 5 else None, name))
+    """A leaf made inside: named as Paddle names a tensor a creation API made (`randn1_out_float32_2x3`), and
+    kept out of the engine's level (its guard's level is its own, printing or not)."""
+    if id(t) not in _guarded_leaves:
+        weakref.finalize(t, _guarded_leaves.discard, id(t))
+        _guarded_leaves.add(id(t))
+    if level >= 3:
+        api = api.rstrip("_")
+        name = tensor_name(api, _names.next_seq(api), numpy_dtype(t.dtype), tuple(t.shape))
+        t.register_hook(LeafHook(level, _user_site() if level >= 5 else None, name))
+
+
+_guarded_leaves: set[int] = set()  # by id, while they live (a WeakSet would compare tensors with ==)
 
 
 def _user_site(with_stack: bool = False) -> Site:

@@ -395,3 +395,22 @@ def test_the_engines_level_from_the_environment_logs_without_a_call(tmp_path):
         "multiply1GradNode",
         "GradNodeAccumulation",
     ]
+
+
+def test_a_leaf_made_under_a_guard_keeps_its_guards_level_under_the_engines(records):
+    """With the engine's level on, a leaf made under backward_vlog_guard(4) logs once, at 4, and one made
+    under backward_vlog_guard(0) stays quiet; a leaf made outside logs at the engine's level."""
+    try:
+        dvt.set_vlog_level(3)
+        outside = leaf(2)
+        with dvt.backward_vlog_guard(4):
+            loud = torch.ones(2, dtype=torch.float64, requires_grad=True)
+        with dvt.backward_vlog_guard(0):
+            quiet = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+        (outside * loud * quiet).sum().backward()
+    finally:
+        dvt.set_vlog_level(0)
+    leaves = [r for r in records if r.get("node") == "GradNodeAccumulation"]
+    dumps = "".join(str(r["event"]) for r in leaves if "Input" in str(r["event"]) and "Output" not in str(r["event"]))
+    assert dumps.count("Name: ones") == 1 and "Name: zeros" not in dumps and dumps.count("Name: None@Grad") == 1
+    assert {r["v"] for r in leaves if "begin run" in str(r["event"])} == {4}
