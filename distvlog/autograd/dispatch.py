@@ -26,7 +26,8 @@ def _user_site(with_stack: bool, skip: int = 2) -> Site:
     frame = sys._getframe(skip)
     while frame.f_back is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
         frame = frame.f_back
-    return Site.at(frame, with_stack=True) if with_stack else Site(frame.f_code, frame.f_lasti)  # (per node)
+    # (built in place without its stack: this runs for every node an op creates)
+    return Site.at(frame, with_stack=True) if with_stack else Site(frame.f_code, frame.f_lasti)
 
 
 _WEAK = (int, float, bool, type(None))  # Python scalars take the tensors' dtype, as in Paddle; None: no operand
