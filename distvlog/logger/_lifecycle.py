@@ -112,11 +112,20 @@ def log_end() -> None:
             SINK.write_own("info", END_RECORD)
 
 
+def _settle_before_death() -> None:
+    """The process is about to die by a signal's default action, with no exit hook: cut the reserve off its
+    file now (a job's launcher may SIGKILL it any moment after), and write what it logs from here on at once."""
+    SINK.buffer_bytes = 0
+    with contextlib.suppress(Exception):  # (the signal must end the process all the same)
+        SINK.settle()
+
+
 def _chain_to(previous: Any):
     def chain(signum: int, frame: Any) -> None:
         if callable(previous):
             previous(signum, frame)
         elif previous != signal.SIG_IGN:  # SIG_DFL, or a handler installed outside Python
+            _settle_before_death()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
@@ -147,6 +156,7 @@ class _Handler:
                 log_at(
                     "warning", f"{signal.Signals(signum).name}{IN_PYTHON}, at (most recent call last):\n{stack}", where
                 )
+            _settle_before_death()  # (the first of the job's ranks to die gets the others SIGKILLed by Hydra)
             time.sleep(_HOLD_S)
         self.chain(signum, frame)
 
@@ -209,7 +219,8 @@ def _watch_signals(fd: int) -> None:
             name = signal.Signals(signum).name
             where, stack = _main_thread_at()
             log_at("warning", f"{name}{BLOCKED_IN_C}, at (most recent call last):\n{stack}", where)
-            if handler.ends_process:
+            if handler.ends_process:  # the process dies now, whether the main thread returns to Python or not
+                _settle_before_death()
                 time.sleep(SIGNAL_GRACE_S - _PROMPT_S)
                 if signal.getsignal(signum) is handler and handler.calls == handler.seen:
                     _exit_from_watcher(name, 128 + signum, where)
