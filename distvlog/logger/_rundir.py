@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import heapq
 import os
 import re
 import stat
@@ -18,7 +19,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..format import SUFFIXES, meta_of_head, rank_file_stem
+from ..format import RANK_FILE_NAME, SUFFIXES, meta_of_head, rank_file_stem
 
 # (read-write: the sink maps the file)
 CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
@@ -132,6 +133,62 @@ def _world_size_of(run_dir: Path) -> int:
         if meta is not None:
             return int(meta.get("world_size") or 1)
     return 1
+
+
+EARLIER_RUNS = 3  # how many of the log root's other runs a new rank file looks back at
+
+
+def left_by_the_dead(root: Path, run_id: str, rank: int, world_size: int, host: str) -> list[Path]:
+    """The rank files of the latest EARLIER_RUNS other runs under `root` (by when their directories last
+    changed) that rank `rank` of `world_size` looks after, written on `host` by a process that is gone. Rank R
+    takes the files of ranks R, R + world_size, ...: a new job's ranks share the work, never on one file."""
+    runs = []
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):  # (a run removed meanwhile)
+                if entry.name != run_id and entry.is_dir(follow_symlinks=False):  # (not `latest`, a symlink)
+                    runs.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
+    files = []
+    for _, run in heapq.nlargest(EARLIER_RUNS, runs):
+        with contextlib.suppress(OSError), os.scandir(run) as entries:
+            for entry in entries:
+                name = RANK_FILE_NAME.fullmatch(entry.name)
+                if name and int(name.group(1)) % world_size == rank and entry.is_file(follow_symlinks=False):
+                    files.append(Path(entry.path))
+    return [path for path in files if _writer_gone(path, host)]
+
+
+def _writer_gone(path: Path, host: str) -> bool:
+    """Whether the process that wrote `path` is gone for sure: its header names `host` (this one), and no
+    process with its pid holds the file (none has that pid, or another program has it now). Unsure (another
+    host, no header, a process this one may not look into) is not gone: a live writer's file is never cut."""
+    meta = _meta_of(path)
+    pid = meta.get("pid") if meta is not None and meta.get("host") == host else None
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process
+        return False
+    try:
+        return not _holds(pid, os.stat(path, follow_symlinks=False))
+    except OSError:
+        return False
+
+
+def _holds(pid: int, file: os.stat_result) -> bool:
+    """Whether process `pid` has `file` open or mapped (raises OSError when that cannot be seen)."""
+    with os.scandir(f"/proc/{pid}/fd") as fds:
+        for fd in fds:
+            with contextlib.suppress(OSError):  # (closed meanwhile)
+                held = os.stat(fd.path)
+                if (held.st_dev, held.st_ino) == (file.st_dev, file.st_ino):
+                    return True
+    with open(f"/proc/{pid}/maps", "rb") as maps:  # (a mapping outlives its descriptor)
+        inode = str(file.st_ino).encode()
+        return any(line.split()[4:5] == [inode] for line in maps)
 
 
 def create_rank_file(root: Path, run_id: str, stem: str, suffix: str, pid: int) -> tuple[int, Path, str]:

@@ -7,8 +7,9 @@ in one C call under the interpreter lock, so threads write without a lock, and a
 windows: when one is full, the next window starts at the page holding the end of the content. Each window's
 blocks are reserved (written as NUL bytes) before it is mapped: a full disk or a file-size limit is then an
 OSError here, never a SIGBUS when a page is touched. The reserved space not yet written (the format's
-RESERVE: NUL bytes) is cut off when the process settles its file (at exit, see `_lifecycle`), and a crashed
-process's by whoever sees it die (`trim_reserve`, the launcher's parent). Where a mapping is impossible or
+RESERVE: NUL bytes) is cut off when the process settles its file (at exit, or before a signal's death, see
+`_lifecycle`), and a crashed process's by whoever sees it die (`trim_reserve`, the launcher's parent), else
+by the next run in the same log root (a SIGKILL under plain `mpirun`). Where a mapping is impossible or
 makes no sense (stderr, /dev/null, while the reserve fails) records are buffered and written whole with
 `os.write`. A forked child gets its own file. The rest of "never lose a record" (signals, exit,
 exceptions) lives in `_lifecycle`.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import faulthandler
+import fcntl
 import mmap
 import os
 import stat
@@ -43,6 +45,7 @@ WINDOW_BYTES = 256 * 1024  # reserved and mapped at a time: the most a crashed f
 _PAGE = mmap.ALLOCATIONGRANULARITY
 _ZEROS = bytes(WINDOW_BYTES)
 _TAIL_SCAN_BYTES = 1 << 22  # how far back from the end `trim_reserve` looks for the reserve
+_DEAD_TAIL_BYTES = 1 << 16  # ... in an earlier run's file: past its reserve, at most faulthandler's stacks
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -348,6 +351,8 @@ class RankFile:
         if self._mapping and stat.S_ISREG(os.fstat(fd).st_mode):
             self._map_window(0)
         _crash_stacks_to(fd)
+        with contextlib.suppress(Exception):  # (someone else's files: nothing there may stop this rank's)
+            _trim_left_by_the_dead(root, rid)
         kept = _rundir.point_latest(root, rid, ident.world_size)
         kept_text = f" (latest stays at {kept.name}, a job of several ranks)" if kept else ""
         # (one write: the ranks' lines stay whole)
@@ -521,18 +526,31 @@ def _stop(window: mmap.mmap) -> int:
     return len(window) - len(window.read())
 
 
-def trim_reserve(path: Path) -> None:
+def trim_reserve(path: Path, wait: bool = True, look_back: int = _TAIL_SCAN_BYTES) -> None:
     """Cut the reserve off the file of a process that died without settling it (SIGKILL, a segfault,
     os._exit): the last run of NUL bytes goes, and what another process appended after it (the launcher's
     parent's records) moves up to the content's end. A record the death cut mid-copy keeps one NUL after
     it, so it stays cut (torn), never read as whole. Only for a file whose writer is gone: a live one would
-    be killed by SIGBUS on its next record. Looks at the last few MB only; never raises."""
+    be killed by SIGBUS on its next record. Two trims of one file take turns (an exclusive flock); without
+    `wait`, a file another process is trimming is left to it. Finds the reserve in the last `look_back`
+    bytes only (what follows it: a crash's stacks, the launcher's records); never raises."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
         try:
-            _trim_fd(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            _trim_fd(fd, look_back)
         finally:
             os.close(fd)
+
+
+def _trim_left_by_the_dead(root: Path, run_id: str) -> None:
+    """The reserves that earlier runs' processes killed beyond any handler's reach (SIGKILL: Hydra's when one
+    rank dies or aborts, the OOM killer's) left in their files, cut off by the next run in the same log root
+    (see `_rundir.left_by_the_dead`: a few runs, files whose writer is gone, this rank's share)."""
+    ident = IDENTITY
+    for path in _rundir.left_by_the_dead(root, run_id, ident.rank, ident.world_size, ident.host):
+        # (never wait on another process in a log call; most files have no reserve: a short look tells)
+        trim_reserve(path, wait=False, look_back=_DEAD_TAIL_BYTES)
 
 
 def content_size(path: Path) -> int:
@@ -556,9 +574,9 @@ def _before_nuls(fd: int, end: int) -> int:
     return 0
 
 
-def _trim_fd(fd: int) -> None:
+def _trim_fd(fd: int, look_back: int) -> None:
     size = os.fstat(fd).st_size
-    start = max(0, size - _TAIL_SCAN_BYTES)
+    start = max(0, size - look_back)
     tail = os.pread(fd, size - start, start)
     last_nul = tail.rfind(b"\0")
     if last_nul < 0:
@@ -571,7 +589,8 @@ def _trim_fd(fd: int) -> None:
         appended = appended.lstrip(b"\n")  # (the line append_record began past the reserve)
     if appended:
         os.pwrite(fd, appended, end)
-    os.ftruncate(fd, end + len(appended))
+    if end + len(appended) < size:  # (a file already cut stays as it is: what was appended since, too)
+        os.ftruncate(fd, end + len(appended))
 
 
 _crash_fd: list[int] = []  # the descriptor faulthandler was given here, while it writes there

@@ -6,15 +6,18 @@ alive. Real processes, real signals, real `mpirun` ranks (the mpich wheel's Hydr
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from logger_testkit import finish, read_glog, wait_for_line
+from logger_testkit import HANG_TIMEOUT_S, finish, read_glog, wait_for_line
 
 from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
+from distvlog.logger import _rundir
 
 TICKING = """
 import time
@@ -37,6 +40,32 @@ log.info("last words")
 print("ready", flush=True)
 MPI.COMM_SELF.recv(source=0)  # no one sends: blocked in C for good
 """
+WAITS = """
+import sys
+import distvlog as dv
+log = dv.get_logger("job")
+for i in range(100):
+    log.info("step", i=i)
+log.info("last words")
+print(dv.logger.log_file_path(), flush=True)
+sys.stdin.readline()
+log.info("after")
+"""
+NEXT_RUN = """
+import distvlog as dv
+dv.get_logger("job").info("next run")
+"""
+
+
+def _ends_with_its_last_record(path: Path, last: str = "last words") -> None:
+    """The file ends with the whole record `last`, followed by nothing: no NUL anywhere."""
+    data = path.read_bytes()
+    assert b"\0" not in data and data.endswith(b"\n"), f"{path}: {data[-120:]!r}"
+    assert read_glog(path).records[-1].first == last
+
+
+def _has_reserve(path: Path) -> bool:
+    return path.read_bytes().endswith(b"\0")
 
 
 def _mpirun(n: int, script: Path) -> list[str]:
@@ -103,3 +132,163 @@ def test_ranks_that_plain_mpirun_forwards_a_sigterm_to_leave_no_reserve(scripts)
         assert b"\0" not in data and data.endswith(b"\n"), path
         steps = [r.first for r in read_glog(path).records if r.first.startswith("step")]
         assert steps == [f"step i={i}" for i in range(100)]
+
+
+KILLED_UNDER_MPIRUN = """
+import os, signal
+import distvlog as dv
+from mpi4py import MPI
+dv.init()
+log = dv.get_logger("job")
+for i in range(100):
+    log.info("step", i=i)
+log.info("last words")
+MPI.COMM_WORLD.Barrier()
+if dv.get_rank() == 2:
+    os.kill(os.getpid(), signal.SIGKILL)  # Hydra then SIGKILLs the others, waiting in the Barrier
+MPI.COMM_WORLD.Barrier()
+"""
+NEXT_JOB = """
+import distvlog as dv
+dv.init()
+dv.get_logger("job").info("next run")
+"""
+
+
+def test_the_next_job_cuts_the_reserves_of_ranks_killed_under_plain_mpirun(scripts):
+    """Three ranks killed by SIGKILL (one by itself, two by Hydra) leave their reserves; the next job in the
+    same log root, of two ranks, cuts all three (rank 0 takes ranks 0 and 2): each file ends with its last
+    record. The new job's own files are whole too."""
+    killed = subprocess.run(
+        _mpirun(3, scripts.write(KILLED_UNDER_MPIRUN, "killed.py")),
+        env=scripts.env(),
+        cwd=scripts.tmp,
+        capture_output=True,
+        timeout=HANG_TIMEOUT_S,
+    )
+    assert killed.returncode == signal.SIGKILL, killed.stderr  # (Hydra's status for a rank killed by signal 9)
+    old = scripts.files()
+    assert [p.name for p in old] == ["rank-0.log", "rank-1.log", "rank-2.log"]
+    assert all(map(_has_reserve, old))
+    nxt = subprocess.run(
+        _mpirun(2, scripts.write(NEXT_JOB, "next.py")),
+        env=scripts.env(),
+        cwd=scripts.tmp,
+        capture_output=True,
+        timeout=HANG_TIMEOUT_S,
+    )
+    assert nxt.returncode == 0, nxt.stderr
+    for path in old:
+        _ends_with_its_last_record(path)
+    new = [p for p in scripts.files() if p not in old]
+    assert len(new) == 2
+    for path in new:
+        _ends_with_its_last_record(path, "next run")
+
+
+def _start_waiting(scripts, name: str = "waits.py") -> tuple[subprocess.Popen, Path]:
+    """A WAITS script, alive with its window mapped, and its file; `communicate("go\\n")` lets it finish."""
+    proc = subprocess.Popen(
+        [sys.executable, str(scripts.write(WAITS, name))],
+        env=scripts.env(),
+        cwd=scripts.tmp,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, Path(proc.stdout.readline().strip())
+
+
+def test_a_file_whose_writer_lives_is_never_cut(scripts):
+    """A process that is still writing (its window mapped) keeps its reserve while a later run starts in
+    the same root, and logs on afterwards without harm (a cut under its window would be a SIGBUS)."""
+    proc, path = _start_waiting(scripts)
+    before = path.read_bytes()
+    assert before.endswith(b"\0")
+    scripts.run(NEXT_RUN, name="next.py")
+    assert path.read_bytes() == before
+    _, err = proc.communicate("go\n", timeout=HANG_TIMEOUT_S)
+    assert proc.returncode == 0, err
+    assert [r.first for r in read_glog(path).records][-2:] == ["last words", "after"]
+
+
+def _killed_file(scripts, name: str = "killed.py") -> Path:
+    """The file of a process SIGKILLed after its last record, with its reserve."""
+    proc, path = _start_waiting(scripts, name)
+    proc.kill()
+    finish(proc)
+    assert _has_reserve(path)
+    return path
+
+
+def _edit_meta(path: Path, key: str, old: object, new: object) -> None:
+    data = path.read_bytes()
+    field = f'"{key}":"{old}"' if isinstance(old, str) else f'"{key}":{old}'
+    value = f'"{key}":"{new}"' if isinstance(new, str) else f'"{key}":{new}'
+    assert data.count(field.encode()) == 1, data[:600]
+    path.write_bytes(data.replace(field.encode(), value.encode()))
+
+
+def test_a_file_whose_pid_another_program_now_has_is_cut(scripts):
+    """The pid in the file's header belongs to a live process that does not hold the file (the pid was
+    reused): the writer is gone, and the next run cuts the reserve."""
+    path = _killed_file(scripts)
+    other = subprocess.Popen(["sleep", "600"])
+    try:
+        _edit_meta(path, "pid", read_glog(path).meta["pid"], other.pid)
+        scripts.run(NEXT_RUN, name="next.py")
+        _ends_with_its_last_record(path)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_file_written_on_another_host_is_never_cut(scripts):
+    """Whether a writer on another host (a shared file system) lives cannot be told from here."""
+    path = _killed_file(scripts)
+    _edit_meta(path, "host", read_glog(path).meta["host"], "another-host")
+    before = path.read_bytes()
+    scripts.run(NEXT_RUN, name="next.py")
+    assert path.read_bytes() == before
+
+
+def test_only_the_latest_few_runs_are_looked_at(scripts):
+    """A new run looks back at the EARLIER_RUNS runs whose directories changed last, not the whole root: of
+    four runs killed with their reserves, the oldest keeps its reserve."""
+    started = [_start_waiting(scripts, f"killed{k}.py") for k in range(_rundir.EARLIER_RUNS + 1)]
+    procs, paths = zip(*started)  # all alive meanwhile: none cuts another's file
+    for proc in procs:
+        proc.kill()
+        finish(proc)
+    now = time.time()
+    for age, path in enumerate(reversed(paths)):  # the first run the oldest
+        os.utime(path.parent, (now - 100 * (age + 1), now - 100 * (age + 1)))
+    scripts.run(NEXT_RUN, name="next.py")
+    assert _has_reserve(paths[0])
+    for path in paths[1:]:
+        _ends_with_its_last_record(path)
+
+
+SEGFAULT = """
+import faulthandler
+import distvlog as dv
+log = dv.get_logger("job")
+for i in range(100):
+    log.info("step", i=i)
+log.info("last words")
+faulthandler._sigsegv()
+"""
+
+
+def test_the_next_run_brings_a_crashs_stacks_up_to_the_last_record(scripts):
+    """A segfault's stacks, which faulthandler wrote past the reserve, follow the last record once the next
+    run has cut the reserve: one text file, no NUL in it."""
+    scripts.run(SEGFAULT, name="crash.py", rc=-signal.SIGSEGV)
+    (path,) = scripts.files()
+    assert b"\0" in path.read_bytes()
+    scripts.run(NEXT_RUN, name="next.py")
+    data = path.read_bytes()
+    assert b"\0" not in data
+    last, stacks = data.split(b"] [rank 0] last words\n")
+    assert stacks.startswith(b"Fatal Python error: Segmentation fault")
