@@ -1,4 +1,5 @@
-"""Never lose a record: flush on a timer, at exit, on SIGTERM/SIGINT, and log unhandled exceptions.
+"""Never lose a record: flush on a timer, at exit, on SIGTERM/SIGINT (and, while their action is death,
+SIGHUP/SIGUSR1/SIGUSR2), and log unhandled exceptions.
 
 Exception hooks are installed on import (a crash must reach the file even if nothing was logged yet);
 the timer and signal handlers once the file exists. Every hook chains to the one it replaced.
@@ -133,7 +134,8 @@ def _chain_to(previous: Any):
 
 
 class _Handler:
-    """Our SIGTERM/SIGINT handler: flush, then the handler it replaced. It counts its runs, for the watcher."""
+    """Our handler of a signal: flush, then the handler it replaced (a death: settle the file first). It counts
+    its runs, for the watcher."""
 
     def __init__(self, previous: Any) -> None:
         self.chain = _chain_to(previous)
@@ -161,14 +163,23 @@ class _Handler:
         self.chain(signum, frame)
 
 
+_CAUGHT = (signal.SIGTERM, signal.SIGINT)  # our handler runs first, then the one it replaced
+# Taken over only while their action is the default (death): a job is sent them too (Hydra's mpirun forwards
+# SIGUSR1/2 to every rank as it does SIGTERM; a closed terminal sends SIGHUP), and the process then settles its
+# file and dies of the signal as before. A handler of anyone's own, or SIG_IGN, stays as it was.
+_DEFAULT_DEATHS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def _install_signal_handlers() -> None:
     """Once per process (a forked child keeps its parent's handlers but starts its own watcher)."""
     global _signals_installed, _watcher_pid
     if threading.current_thread() is not threading.main_thread():
         return
     if not _signals_installed:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, _Handler(signal.getsignal(signum)))
+        for signum in _CAUGHT + _DEFAULT_DEATHS:
+            previous = signal.getsignal(signum)
+            if signum in _CAUGHT or previous == signal.SIG_DFL:
+                signal.signal(signum, _Handler(previous))
         _signals_installed = True
     if _watcher_pid != os.getpid():
         _watcher_pid = os.getpid()
@@ -199,7 +210,7 @@ def _start_signal_watcher() -> None:
 
 
 def _watch_signals(fd: int) -> None:
-    """On SIGTERM/SIGINT: flush at once. If the main thread has not run our handler shortly after (it is
+    """On a signal we handle (SIGTERM, SIGINT, ...): flush at once. If the main thread has not run our handler shortly after (it is
     blocked in C), log where it is: a rank stopped in a hang says where it hung, even if the launcher kills
     it next. If that handler would end the process, end it after SIGNAL_GRACE_S, with status 128+N."""
     while True:
@@ -207,7 +218,7 @@ def _watch_signals(fd: int) -> None:
             signals = set(os.read(fd, 64))  # (one look per signal, however often it came)
         except OSError:
             return
-        for signum in signals & {signal.SIGTERM, signal.SIGINT}:
+        for signum in signals & {*_CAUGHT, *_DEFAULT_DEATHS}:
             handler = signal.getsignal(signum)
             if not isinstance(handler, _Handler):  # replaced by the user's own: theirs to act
                 continue

@@ -73,19 +73,17 @@ def _mpirun(n: int, script: Path) -> list[str]:
     return mpi_command(launcher, launcher_kind(launcher), n, {}, None) + [sys.executable, str(script)]
 
 
-@pytest.mark.parametrize(
-    "code, rc",
-    [(TICKING, -signal.SIGTERM), (BLOCKED_IN_C, 128 + signal.SIGTERM)],
-    ids=["in-python", "blocked-in-c"],
-)
-def test_a_process_a_sigterm_ends_leaves_no_reserve(scripts, code, rc):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1], ids=lambda s: s.name)
+@pytest.mark.parametrize("code, in_python", [(TICKING, True), (BLOCKED_IN_C, False)], ids=["in-python", "blocked-in-c"])
+def test_a_process_a_signal_ends_leaves_no_reserve(scripts, signum, code, in_python):
     """Its handler (or, while the main thread is blocked in C, the signal watcher) cuts the reserve before
-    the process dies as SIGTERM would have it: by the signal itself, or with status 128+15."""
+    the process dies as the signal's default action would have it: of the signal itself, or with status
+    128+N once the main thread has not come back to Python."""
     proc = scripts.start(code, env={"DISTVLOG_FLUSH_INTERVAL": "3600"})
     wait_for_line(proc, "ready")
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     returncode, _, err = finish(proc)
-    assert returncode == rc, err
+    assert returncode == (-signum if in_python else 128 + signum), err
     data = scripts.only_file().read_bytes()
     assert b"\0" not in data and data.endswith(b"\n")
     assert [r.first for r in read_glog(scripts.only_file()).records][:101] == [f"step i={i}" for i in range(100)] + [
@@ -109,9 +107,10 @@ while True:
 """
 
 
-def test_ranks_that_plain_mpirun_forwards_a_sigterm_to_leave_no_reserve(scripts):
-    """Hydra forwards a SIGTERM sent to mpirun to every rank and SIGKILLs the others as soon as the first
-    rank dies of it: each rank cuts its reserve in its handler, before it holds on for its peers."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=lambda s: s.name)
+def test_ranks_that_plain_mpirun_forwards_a_signal_to_leave_no_reserve(scripts, signum):
+    """Hydra forwards a SIGTERM or SIGUSR1 sent to mpirun to every rank and SIGKILLs the others as soon as
+    the first rank dies of it: each rank cuts its reserve in its handler, before it holds on for its peers."""
     script = scripts.write(MPI_TICKING)
     proc = subprocess.Popen(
         _mpirun(2, script),
@@ -122,9 +121,9 @@ def test_ranks_that_plain_mpirun_forwards_a_sigterm_to_leave_no_reserve(scripts)
         text=True,
     )
     wait_for_line(proc, "ready")
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     returncode, _, err = finish(proc)
-    assert returncode != 0, err
+    assert returncode == signum, err  # (Hydra's status for a rank that died of signal N)
     files = scripts.files()
     assert [p.name for p in files] == ["rank-0.log", "rank-1.log"]
     for path in files:
@@ -292,3 +291,25 @@ def test_the_next_run_brings_a_crashs_stacks_up_to_the_last_record(scripts):
     assert b"\0" not in data
     last, stacks = data.split(b"] [rank 0] last words\n")
     assert stacks.startswith(b"Fatal Python error: Segmentation fault")
+
+
+USERS_OWN = """
+import os, signal, time
+import distvlog as dv
+signal.signal(signal.SIGUSR1, lambda signum, frame: print("my handler ran", flush=True))
+signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+dv.get_logger("job").info("first record")
+assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+os.kill(os.getpid(), signal.SIGUSR1)
+os.kill(os.getpid(), signal.SIGHUP)
+time.sleep(0.5)
+dv.get_logger("job").info("still here")
+"""
+
+
+def test_a_signal_the_user_handles_or_ignores_is_left_to_the_user(scripts):
+    """SIGHUP and SIGUSR1 are taken over only while their action is death: the user's own handler runs as
+    before (and the process lives on), an ignored signal stays ignored."""
+    run = scripts.run(USERS_OWN)
+    assert run.proc.stdout == "my handler ran\n"
+    assert [r.first for r in run.records()] == ["first record", "still here"]
