@@ -15,7 +15,7 @@ written from it alone reads every file distvlog writes.
    when it closes the file; `distvlog launch`'s parent cuts a dead rank's off before it appends its records
    (2.8), moving what was appended past the reserve up to the last record. Only a process that died before
    anyone of distvlog's saw it (SIGKILL, a segfault, os._exit, under plain `mpirun` or `python`) leaves its
-   reserve in the file; a writer never writes NUL bytes into records (2.4, 3.2). A record a death cut while
+   reserve in the file, until the next run in the same log root on its host cuts it; a writer never writes NUL bytes into records (2.4, 3.2). A record a death cut while
    it was being copied keeps one NUL byte after it when the reserve is cut off, so it stays cut (5). What
    the crashing process's faulthandler printed (a segfault, an abort: `Fatal Python error: ...`, then every
    thread's Python stack) follows its reserve, at the end of the file: a reader reads that text, from a NUL
