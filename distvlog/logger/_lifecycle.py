@@ -166,8 +166,21 @@ class _Handler:
 _CAUGHT = (signal.SIGTERM, signal.SIGINT)  # our handler runs first, then the one it replaced
 # Taken over only while their action is the default (death): a job is sent them too (Hydra's mpirun forwards
 # SIGUSR1/2 to every rank as it does SIGTERM; a closed terminal sends SIGHUP), and the process then settles its
-# file and dies of the signal as before. A handler of anyone's own, or SIG_IGN, stays as it was.
+# file and dies of the signal as before. A handler of anyone's own (in Python or in C), or SIG_IGN, stays.
 _DEFAULT_DEATHS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _caught_or_ignored() -> set[int]:
+    """The signals this process catches or ignores, as the kernel sees it. Python's own table does not know a
+    handler that C code installed after it started: MPICH's MPI_Init catches SIGHUP and SIGUSR1 (measured), and
+    a rank then outlives them. All signals where the kernel's view cannot be read (no /proc)."""
+    try:
+        with open("/proc/self/status") as status:
+            masks = [int(line.split()[1], 16) for line in status if line.startswith(("SigCgt:", "SigIgn:"))]
+    except (OSError, ValueError, IndexError):
+        return set(signal.valid_signals())
+    either = masks[0] | masks[1] if len(masks) == 2 else -1
+    return {signum for signum in signal.valid_signals() if either >> (signum - 1) & 1}
 
 
 def _install_signal_handlers() -> None:
@@ -176,9 +189,10 @@ def _install_signal_handlers() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     if not _signals_installed:
+        handled_in_c = _caught_or_ignored()
         for signum in _CAUGHT + _DEFAULT_DEATHS:
             previous = signal.getsignal(signum)
-            if signum in _CAUGHT or previous == signal.SIG_DFL:
+            if signum in _CAUGHT or (previous == signal.SIG_DFL and signum not in handled_in_c):
                 signal.signal(signum, _Handler(previous))
         _signals_installed = True
     if _watcher_pid != os.getpid():

@@ -19,34 +19,26 @@ from logger_testkit import HANG_TIMEOUT_S, finish, read_glog, wait_for_line
 from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
 from distvlog.logger import _rundir
 
-TICKING = """
-import time
+LOGGED = """
 import distvlog as dv
 log = dv.get_logger("job")
 for i in range(100):
     log.info("step", i=i)
 log.info("last words")
+"""
+TICKING = f"""{LOGGED}
+import time
 print("ready", flush=True)
 while True:
     time.sleep(0.01)  # in Python: handlers run at once
 """
-BLOCKED_IN_C = """
+BLOCKED_IN_C = f"""{LOGGED}
 from mpi4py import MPI
-import distvlog as dv
-log = dv.get_logger("job")
-for i in range(100):
-    log.info("step", i=i)
-log.info("last words")
 print("ready", flush=True)
 MPI.COMM_SELF.recv(source=0)  # no one sends: blocked in C for good
 """
-WAITS = """
+WAITS = f"""{LOGGED}
 import sys
-import distvlog as dv
-log = dv.get_logger("job")
-for i in range(100):
-    log.info("step", i=i)
-log.info("last words")
 print(dv.logger.log_file_path(), flush=True)
 sys.stdin.readline()
 log.info("after")
@@ -73,17 +65,38 @@ def _mpirun(n: int, script: Path) -> list[str]:
     return mpi_command(launcher, launcher_kind(launcher), n, {}, None) + [sys.executable, str(script)]
 
 
+def _run_job(scripts, n: int, code: str, name: str) -> subprocess.CompletedProcess:
+    """`code` as `name` on n ranks of plain mpirun, to its end."""
+    return subprocess.run(
+        _mpirun(n, scripts.write(code, name)),
+        env=scripts.env(),
+        cwd=scripts.tmp,
+        capture_output=True,
+        timeout=HANG_TIMEOUT_S,
+    )
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1], ids=lambda s: s.name)
-@pytest.mark.parametrize("code, in_python", [(TICKING, True), (BLOCKED_IN_C, False)], ids=["in-python", "blocked-in-c"])
-def test_a_process_a_signal_ends_leaves_no_reserve(scripts, signum, code, in_python):
-    """Its handler (or, while the main thread is blocked in C, the signal watcher) cuts the reserve before
-    the process dies as the signal's default action would have it: of the signal itself, or with status
-    128+N once the main thread has not come back to Python."""
-    proc = scripts.start(code, env={"DISTVLOG_FLUSH_INTERVAL": "3600"})
+def test_a_process_a_signal_ends_leaves_no_reserve(scripts, signum):
+    """Its handler cuts the reserve, then the process dies of the signal, as its default action would have
+    it: the file ends with its records, whole."""
+    proc = scripts.start(TICKING, env={"DISTVLOG_FLUSH_INTERVAL": "3600"})
     wait_for_line(proc, "ready")
     proc.send_signal(signum)
     returncode, _, err = finish(proc)
-    assert returncode == (-signum if in_python else 128 + signum), err
+    assert returncode == -signum, err
+    _ends_with_its_last_record(scripts.only_file())
+
+
+def test_a_process_blocked_in_c_that_a_sigterm_ends_leaves_no_reserve(scripts):
+    """While the main thread is blocked in C, the signal watcher cuts the reserve, then ends the process
+    with status 128+15 after the grace period."""
+    proc = scripts.start(BLOCKED_IN_C, env={"DISTVLOG_FLUSH_INTERVAL": "3600"})
+    wait_for_line(proc, "ready")
+    time.sleep(0.5)  # (lets it enter recv; not a speed limit)
+    proc.send_signal(signal.SIGTERM)
+    returncode, _, err = finish(proc)
+    assert returncode == 128 + signal.SIGTERM, err
     data = scripts.only_file().read_bytes()
     assert b"\0" not in data and data.endswith(b"\n")
     assert [r.first for r in read_glog(scripts.only_file()).records][:101] == [f"step i={i}" for i in range(100)] + [
@@ -107,10 +120,9 @@ while True:
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=lambda s: s.name)
-def test_ranks_that_plain_mpirun_forwards_a_signal_to_leave_no_reserve(scripts, signum):
-    """Hydra forwards a SIGTERM or SIGUSR1 sent to mpirun to every rank and SIGKILLs the others as soon as
-    the first rank dies of it: each rank cuts its reserve in its handler, before it holds on for its peers."""
+def test_ranks_that_plain_mpirun_forwards_a_sigterm_to_leave_no_reserve(scripts):
+    """Hydra forwards a SIGTERM sent to mpirun to every rank and SIGKILLs the others as soon as the first
+    rank dies of it: each rank cuts its reserve in its handler, before it holds on for its peers."""
     script = scripts.write(MPI_TICKING)
     proc = subprocess.Popen(
         _mpirun(2, script),
@@ -121,9 +133,9 @@ def test_ranks_that_plain_mpirun_forwards_a_signal_to_leave_no_reserve(scripts, 
         text=True,
     )
     wait_for_line(proc, "ready")
-    proc.send_signal(signum)
+    proc.send_signal(signal.SIGTERM)
     returncode, _, err = finish(proc)
-    assert returncode == signum, err  # (Hydra's status for a rank that died of signal N)
+    assert returncode == signal.SIGTERM, err  # (Hydra's status for a rank that died of signal N)
     files = scripts.files()
     assert [p.name for p in files] == ["rank-0.log", "rank-1.log"]
     for path in files:
@@ -158,24 +170,12 @@ def test_the_next_job_cuts_the_reserves_of_ranks_killed_under_plain_mpirun(scrip
     """Three ranks killed by SIGKILL (one by itself, two by Hydra) leave their reserves; the next job in the
     same log root, of two ranks, cuts all three (rank 0 takes ranks 0 and 2): each file ends with its last
     record. The new job's own files are whole too."""
-    killed = subprocess.run(
-        _mpirun(3, scripts.write(KILLED_UNDER_MPIRUN, "killed.py")),
-        env=scripts.env(),
-        cwd=scripts.tmp,
-        capture_output=True,
-        timeout=HANG_TIMEOUT_S,
-    )
+    killed = _run_job(scripts, 3, KILLED_UNDER_MPIRUN, "killed.py")
     assert killed.returncode == signal.SIGKILL, killed.stderr  # (Hydra's status for a rank killed by signal 9)
     old = scripts.files()
     assert [p.name for p in old] == ["rank-0.log", "rank-1.log", "rank-2.log"]
     assert all(map(_has_reserve, old))
-    nxt = subprocess.run(
-        _mpirun(2, scripts.write(NEXT_JOB, "next.py")),
-        env=scripts.env(),
-        cwd=scripts.tmp,
-        capture_output=True,
-        timeout=HANG_TIMEOUT_S,
-    )
+    nxt = _run_job(scripts, 2, NEXT_JOB, "next.py")
     assert nxt.returncode == 0, nxt.stderr
     for path in old:
         _ends_with_its_last_record(path)
@@ -269,13 +269,8 @@ def test_only_the_latest_few_runs_are_looked_at(scripts):
         _ends_with_its_last_record(path)
 
 
-SEGFAULT = """
+SEGFAULT = f"""{LOGGED}
 import faulthandler
-import distvlog as dv
-log = dv.get_logger("job")
-for i in range(100):
-    log.info("step", i=i)
-log.info("last words")
 faulthandler._sigsegv()
 """
 
@@ -312,4 +307,23 @@ def test_a_signal_the_user_handles_or_ignores_is_left_to_the_user(scripts):
     before (and the process lives on), an ignored signal stays ignored."""
     run = scripts.run(USERS_OWN)
     assert run.proc.stdout == "my handler ran\n"
+    assert [r.first for r in run.records()] == ["first record", "still here"]
+
+
+MPI_FIRST = """
+import os, signal, time
+from mpi4py import MPI  # MPICH's MPI_Init catches SIGHUP and SIGUSR1, in C: Python's table still says SIG_DFL
+import distvlog as dv
+dv.get_logger("job").info("first record")
+os.kill(os.getpid(), signal.SIGUSR1)
+os.kill(os.getpid(), signal.SIGHUP)
+time.sleep(0.5)
+dv.get_logger("job").info("still here")
+"""
+
+
+def test_a_signal_that_mpi_handles_is_left_to_mpi(scripts):
+    """A handler that C code installed (MPICH's, at MPI_Init) is not replaced: the process outlives SIGUSR1
+    and SIGHUP as it does without distvlog."""
+    run = scripts.run(MPI_FIRST)
     assert [r.first for r in run.records()] == ["first record", "still here"]
