@@ -164,9 +164,10 @@ class _Handler:
 
 
 _CAUGHT = (signal.SIGTERM, signal.SIGINT)  # our handler runs first, then the one it replaced
-# Taken over only while their action is the default (death): a job is sent them too (Hydra's mpirun forwards
-# SIGUSR1/2 to every rank as it does SIGTERM; a closed terminal sends SIGHUP), and the process then settles its
-# file and dies of the signal as before. A handler of anyone's own (in Python or in C), or SIG_IGN, stays.
+# Taken over only while their action is the default (death): a job is sent them too (`scancel --signal`, a
+# closed terminal's SIGHUP; Hydra's mpirun forwards SIGUSR1 as it does SIGTERM and SIGINT, though MPICH's ranks
+# catch it), and the process then settles its file and dies of the signal as before. A handler of anyone's
+# own (in Python or in C: MPICH's), or SIG_IGN, stays.
 _DEFAULT_DEATHS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
