@@ -245,7 +245,9 @@ def _watch_signals(fd: int) -> None:
             name = signal.Signals(signum).name
             where, stack = _main_thread_at()
             log_at("warning", f"{name}{BLOCKED_IN_C}, at (most recent call last):\n{stack}", where)
-            if handler.ends_process:  # the process dies now, whether the main thread returns to Python or not
+            if not handler.ends_process:  # (a KeyboardInterrupt once back in Python; a job's launcher may not wait)
+                SINK.cut_reserve()
+            else:  # the process dies now, whether the main thread returns to Python or not
                 _settle_before_death()
                 time.sleep(SIGNAL_GRACE_S - _PROMPT_S)
                 if signal.getsignal(signum) is handler and handler.calls == handler.seen:
@@ -363,10 +365,10 @@ def abort_job(code: int) -> None:
     """End the whole job with status `code`, as `python -m mpi4py` does for an unhandled exception: through
     MPI if this process initialised it, else through a Hydra launcher's PMI connection (MPICH, Intel MPI),
     which needs no MPI_Init. Returns when neither applies (Open MPI ends the job when a rank exits non-zero;
-    torchrun's agent when one fails). First this rank's file is settled, and the other ranks get two flush
-    intervals (2 s at most) for records they buffer (unmapped files): they are usually blocked in MPI with
-    the interpreter lock released, so their flush threads run, and the abort kills them with SIGKILL, which
-    no handler sees."""
+    torchrun's agent when one fails). First this rank's file is settled (its reserve cut), and the other ranks
+    get two flush intervals (2 s at most) for records they buffer (unmapped files): they are usually blocked in
+    MPI with the interpreter lock released, so their flush threads run, and the abort kills them with SIGKILL,
+    which no handler sees (their reserves are left to the next run)."""
     mpi = sys.modules.get("mpi4py.MPI")
     mpi = mpi if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else None
     pmi_fd = os.environ.get("PMI_FD", "")
@@ -375,7 +377,7 @@ def abort_job(code: int) -> None:
     if mpi is None and not pmi_fd:
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C meanwhile would only interrupt the abort)
-    SINK.settle()  # (the abort kills this process too: no reserve may be left in its file)
+    _settle_before_death()  # (the abort kills this process too: no reserve may be left in its file)
     time.sleep(min(2 * FLUSH_INTERVAL_S, _ABORT_WAIT_MAX_S))
     with contextlib.suppress(Exception):
         sys.stderr.flush()

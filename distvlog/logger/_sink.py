@@ -162,6 +162,13 @@ class RankFile:
                 self._unmap()
             self._flush_locked()
 
+    def cut_reserve(self) -> None:
+        """Cut the reserve off the file now, as a death no handler sees may come (a launcher's SIGKILL); the
+        next record reserves a new window."""
+        with self._lock:
+            if self._map is not None:
+                self._unmap()
+
     # -- internals -----------------------------------------------------------------------------------
     def _place(self, record: bytes) -> None:
         """A record that did not go into the window at once: opens the file, maps the next window, or

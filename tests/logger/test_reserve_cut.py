@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from logger_testkit import HANG_TIMEOUT_S, finish, read_glog, wait_for_line
+from logger_testkit import HANG_TIMEOUT_S, finish, read_glog, wait_for_line, wait_until
 
 from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
 from distvlog.logger import _rundir
@@ -120,12 +120,17 @@ while True:
 """
 
 
-def test_ranks_that_plain_mpirun_forwards_a_sigterm_to_leave_no_reserve(scripts):
-    """Hydra forwards a SIGTERM sent to mpirun to every rank and SIGKILLs the others as soon as the first
-    rank dies of it: each rank cuts its reserve in its handler, before it holds on for its peers."""
-    script = scripts.write(MPI_TICKING)
+@pytest.mark.parametrize(
+    "signum, rc",
+    [(signal.SIGTERM, signal.SIGTERM), (signal.SIGINT, 128 + signal.SIGINT)],  # (Hydra's status: signal N; 130)
+    ids=["SIGTERM", "SIGINT"],
+)
+def test_ranks_that_plain_mpirun_forwards_a_signal_to_leave_no_reserve(scripts, signum, rc):
+    """Hydra forwards a SIGTERM or a Ctrl-C (SIGINT) sent to mpirun to every rank, and SIGKILLs the others
+    as soon as the first rank dies of it or aborts the job (a KeyboardInterrupt does, lest the others wait
+    forever): each rank cuts its reserve first, in its handler or before its abort."""
     proc = subprocess.Popen(
-        _mpirun(2, script),
+        _mpirun(2, scripts.write(MPI_TICKING)),
         env=scripts.env(),
         cwd=scripts.tmp,
         stdout=subprocess.PIPE,
@@ -133,9 +138,9 @@ def test_ranks_that_plain_mpirun_forwards_a_sigterm_to_leave_no_reserve(scripts)
         text=True,
     )
     wait_for_line(proc, "ready")
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     returncode, _, err = finish(proc)
-    assert returncode == signal.SIGTERM, err  # (Hydra's status for a rank that died of signal N)
+    assert returncode == rc, err
     files = scripts.files()
     assert [p.name for p in files] == ["rank-0.log", "rank-1.log"]
     for path in files:
@@ -143,6 +148,47 @@ def test_ranks_that_plain_mpirun_forwards_a_sigterm_to_leave_no_reserve(scripts)
         assert b"\0" not in data and data.endswith(b"\n"), path
         steps = [r.first for r in read_glog(path).records if r.first.startswith("step")]
         assert steps == [f"step i={i}" for i in range(100)]
+
+
+def test_a_sigint_to_a_process_blocked_in_c_cuts_its_reserve_at_once(scripts):
+    """A SIGINT is a KeyboardInterrupt once the main thread is back in Python, which a rank blocked in C may
+    never be (a job's launcher SIGKILLs it first): the signal watcher cuts the reserve at once, the process
+    lives on, and a SIGKILL then leaves a file that ends with its last record."""
+    proc = scripts.start(BLOCKED_IN_C, env={"DISTVLOG_FLUSH_INTERVAL": "3600"})
+    wait_for_line(proc, "ready")
+    time.sleep(0.5)  # (lets it enter recv; not a speed limit)
+    path = scripts.only_file()
+    assert _has_reserve(path)
+    proc.send_signal(signal.SIGINT)
+    wait_until(lambda: not _has_reserve(path), what="the reserve cut")
+    assert proc.poll() is None
+    proc.kill()
+    assert finish(proc)[0] == -signal.SIGKILL
+    records = read_glog(path).records
+    assert records[-1].first.startswith("SIGINT arrived while the main thread was blocked in C")
+    assert b"\0" not in path.read_bytes()
+
+
+RAISES_ON_ONE = """
+import distvlog as dv
+from mpi4py import MPI
+dv.init()
+log = dv.get_logger("job")
+log.info("started")
+if dv.get_rank() == 1:
+    raise ValueError("boom on rank 1")
+MPI.COMM_WORLD.Barrier()  # rank 1 never comes: the abort SIGKILLs this rank here
+"""
+
+
+def test_a_rank_that_aborts_the_job_cuts_its_reserve_before(scripts):
+    """An unhandled exception on one rank of plain mpirun aborts the job: that rank's file has no reserve
+    at once; the rank the abort SIGKILLed keeps its reserve (for the next run to cut)."""
+    job = _run_job(scripts, 2, RAISES_ON_ONE, "raises.py")
+    assert job.returncode == 1, job.stderr
+    rank0, rank1 = scripts.files()
+    assert b"\0" not in rank1.read_bytes() and rank1.read_bytes().endswith(b"\n")
+    assert _has_reserve(rank0)
 
 
 KILLED_UNDER_MPIRUN = """
