@@ -114,8 +114,9 @@ def log_end() -> None:
 
 
 def _settle_before_death() -> None:
-    """The process is about to die by a signal's default action, with no exit hook: cut the reserve off its
-    file now (a job's launcher may SIGKILL it any moment after), and write what it logs from here on at once."""
+    """The process is about to die (of a signal's default action, by the job's abort) without its exit hook:
+    cut the reserve off its file now (a job's launcher may SIGKILL it any moment after), and write what it
+    logs from here on at once."""
     SINK.buffer_bytes = 0
     with contextlib.suppress(Exception):  # (the signal must end the process all the same)
         SINK.settle()
@@ -225,9 +226,10 @@ def _start_signal_watcher() -> None:
 
 
 def _watch_signals(fd: int) -> None:
-    """On a signal we handle (SIGTERM, SIGINT, ...): flush at once. If the main thread has not run our handler shortly after (it is
-    blocked in C), log where it is: a rank stopped in a hang says where it hung, even if the launcher kills
-    it next. If that handler would end the process, end it after SIGNAL_GRACE_S, with status 128+N."""
+    """On a signal we handle (SIGTERM, SIGINT, ...): flush at once. If the main thread has not run our handler
+    shortly after (it is blocked in C), log where it is and cut the reserve: a rank stopped in a hang says
+    where it hung, and leaves a clean file, even if the launcher kills it next. If that handler would end the
+    process, end it after SIGNAL_GRACE_S, with status 128+N."""
     while True:
         try:
             signals = set(os.read(fd, 64))  # (one look per signal, however often it came)
