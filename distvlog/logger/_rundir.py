@@ -161,7 +161,8 @@ def left_by_the_dead(root: Path, run_id: str, rank: int, world_size: int, host: 
 def _writer_gone(path: Path, host: str) -> bool:
     """Whether the process that wrote `path` is gone for sure: its header names `host` (this one), and no
     process with its pid holds the file (none has that pid, or another program has it now). Unsure (another
-    host, no header, a process this one may not look into) is not gone: a live writer's file is never cut."""
+    host, no header, a process this one may not look into) is not gone: a live writer's file is never cut.
+    (The trim itself also finds a live writer by its flock.)"""
     meta = _meta_of(path)
     pid = meta.get("pid") if meta is not None and meta.get("host") == host else None
     if not isinstance(pid, int) or pid <= 0:

@@ -299,7 +299,7 @@ class RankFile:
         path = self.path
         with contextlib.suppress(FileExistsError):
             os.mkdir(path.parent)
-        fd = os.open(path, _rundir.CREATE_FLAGS, 0o644)  # (exclusive: never into someone else's file)
+        fd = _held(os.open(path, _rundir.CREATE_FLAGS, 0o644))  # (exclusive: never into someone else's file)
         os.close(self._fd)
         self._fd, self._head_owed = fd, True
         if _crash_fd:
@@ -341,6 +341,7 @@ class RankFile:
         except OSError as exc:
             self._log_to_stderr(exc.filename or root, exc.strerror or str(exc))
             return
+        _held(fd)
         meta = _format.make_meta(
             rank=ident.rank,
             world_size=ident.world_size,
@@ -533,21 +534,30 @@ def _stop(window: mmap.mmap) -> int:
     return len(window) - len(window.read())
 
 
-def trim_reserve(path: Path, wait: bool = True, look_back: int = _TAIL_SCAN_BYTES) -> None:
+def trim_reserve(path: Path, look_back: int = _TAIL_SCAN_BYTES) -> None:
     """Cut the reserve off the file of a process that died without settling it (SIGKILL, a segfault,
     os._exit): the last run of NUL bytes goes, and what another process appended after it (the launcher's
     parent's records) moves up to the content's end. A record the death cut mid-copy keeps one NUL after
     it, so it stays cut (torn), never read as whole. Only for a file whose writer is gone: a live one would
-    be killed by SIGBUS on its next record. Two trims of one file take turns (an exclusive flock); without
-    `wait`, a file another process is trimming is left to it. Finds the reserve in the last `look_back`
-    bytes only (what follows it: a crash's stacks, the launcher's records); never raises."""
-    with contextlib.suppress(OSError):
+    be killed by SIGBUS on its next record, so a file whose writer still holds its flock (see `_held`), or
+    that another process is trimming, is left as it is. Finds the reserve in the last `look_back` bytes
+    only (what follows it: a crash's stacks, the launcher's records); never raises, never waits."""
+    with contextlib.suppress(OSError):  # (BlockingIOError: the flock is held)
         fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             _trim_fd(fd, look_back)
         finally:
             os.close(fd)
+
+
+def _held(fd: int) -> int:
+    """`fd`, its file flocked (shared) for as long as this process has it open: a trim, which takes the flock
+    exclusively and never waits for it, then leaves a live writer's file alone even where its pid says
+    nothing (a writer in another pid namespace: a container with the same host name)."""
+    with contextlib.suppress(OSError):  # (a file system without flock: the pid tells, on this host)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    return fd
 
 
 def _trim_left_by_the_dead(root: Path, run_id: str) -> None:
@@ -556,8 +566,7 @@ def _trim_left_by_the_dead(root: Path, run_id: str) -> None:
     (see `_rundir.left_by_the_dead`: a few runs, files whose writer is gone, this rank's share)."""
     ident = IDENTITY
     for path in _rundir.left_by_the_dead(root, run_id, ident.rank, ident.world_size, ident.host):
-        # (never wait on another process in a log call; most files have no reserve: a short look tells)
-        trim_reserve(path, wait=False, look_back=_DEAD_TAIL_BYTES)
+        trim_reserve(path, look_back=_DEAD_TAIL_BYTES)  # (most files have no reserve: a short look tells)
 
 
 def content_size(path: Path) -> int:

@@ -258,6 +258,36 @@ def test_a_file_whose_writer_lives_is_never_cut(scripts):
     assert [r.first for r in read_glog(path).records][-2:] == ["last words", "after"]
 
 
+def _dead_pid_like(pid: int) -> int:
+    """A pid no process has, as many digits long as `pid`."""
+    for candidate in range(10 ** len(str(pid)) - 1, pid, -1):
+        try:
+            os.kill(candidate, 0)
+        except ProcessLookupError:
+            return candidate
+        except PermissionError:
+            continue
+    raise AssertionError(f"no free pid of {len(str(pid))} digits")
+
+
+def test_a_live_writer_whose_pid_says_nothing_here_is_never_cut(scripts):
+    """A writer in another pid namespace (a container with the same host name) has a pid that means
+    nothing here: its flock on its file tells that it lives, and its file is not cut under its window."""
+    proc, path = _start_waiting(scripts)
+    pid = read_glog(path).meta["pid"]
+    with open(path, "r+b") as file:  # (in place, same length: the writer's window stays as it is)
+        head = file.read(4096)
+        at = head.index(b'"pid":%d' % pid) + len(b'"pid":')
+        file.seek(at)
+        file.write(b"%d" % _dead_pid_like(pid))
+    before = path.read_bytes()
+    scripts.run(NEXT_RUN, name="next.py")
+    assert path.read_bytes() == before
+    _, err = proc.communicate("go\n", timeout=HANG_TIMEOUT_S)
+    assert proc.returncode == 0, err
+    assert [r.first for r in read_glog(path).records][-2:] == ["last words", "after"]
+
+
 def _killed_file(scripts, name: str = "killed.py") -> Path:
     """The file of a process SIGKILLed after its last record, with its reserve."""
     proc, path = _start_waiting(scripts, name)
