@@ -31,6 +31,8 @@ import os
 import stat
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,30 +196,44 @@ class RankFile:
     def _map_window(self, need: int) -> None:
         """Map the window after the current one (or the first), large enough for `need` more bytes; without
         one (the reserve failed), records go to the buffer until a write succeeds."""
-        end = self._unmap()
-        base = end - end % _PAGE
-        length = max(WINDOW_BYTES, -(-(end - base + need) // _PAGE) * _PAGE)
-        try:
-            _reserve(self._fd, base + length - end)
-            window = mmap.mmap(self._fd, length, offset=base)
-        except (OSError, ValueError, OverflowError):
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, end)  # (the reserve may have grown before it failed)
-            return
+        end = self._close_window()
+        with _appends_held(self._fd):  # (a record appended between the cut and the reserve would be overwritten)
+            end = self._cut(end)
+            base = end - end % _PAGE
+            length = max(WINDOW_BYTES, -(-(end - base + need) // _PAGE) * _PAGE)
+            try:
+                _reserve(self._fd, base + length - end)
+                window = mmap.mmap(self._fd, length, offset=base)
+            except (OSError, ValueError, OverflowError):
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, end)  # (the reserve may have grown before it failed)
+                return
         window.seek(end - base)
         self._map, self._base, self._reserved, self._checked = window, base, base + length, end - base
 
     def _unmap(self) -> int:
-        """Close the window (late lock-free writers then raise ValueError and come here), cut the reserve off
-        and bring records appended by another process past it (the launcher's parent) to the content's end.
-        Returns where the content ends, which is then the file's size. Without a window, the buffer is
-        written first."""
+        """Close the window and cut the reserve off (see `_cut`); where the content ends, the file's size."""
+        end = self._close_window()
+        with _appends_held(self._fd):
+            return self._cut(end)
+
+    def _close_window(self) -> int | None:
+        """Close the window (late lock-free writers then raise ValueError and come here); where its content
+        ends. None without a window: the buffer is written instead. Before `_appends_held`, never inside it:
+        closing a mapping closes its own copy of the descriptor, which drops this process's POSIX locks."""
         if self._map is None:
             self._flush_locked()
-            return os.fstat(self._fd).st_size
+            return None
         window, self._map = self._map, None
         end = self._base + _stop(window)
         window.close()
+        return end
+
+    def _cut(self, end: int | None) -> int:
+        """Cut the reserve off at `end` and bring records appended by another process past it (the launcher's
+        parent) to the content's end; returns that end, the file's size. The caller holds `_appends_held`."""
+        if end is None:
+            return os.fstat(self._fd).st_size
         with contextlib.suppress(OSError):
             size = os.fstat(self._fd).st_size
             appended = os.pread(self._fd, size - self._reserved, self._reserved) if size > self._reserved else b""
@@ -509,12 +525,37 @@ def append_record(path: Path, method: str, event: str, **fields: Any) -> None:
     data = _own_record(_render.RENDERERS[fmt](), method, event, fields)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
     try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) == b"\0":  # past a live rank's reserve: on a line of its own
-            data = b"\n" + data
-        _write_all(fd, data)
+        with _appends_held(fd):
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) == b"\0":  # past a live rank's reserve: on a line of its own
+                data = b"\n" + data
+            _write_all(fd, data)
     finally:
         os.close(fd)
+
+
+_APPEND_WAIT_S = 0.1  # the longest a cut or an append waits for another process's (each takes microseconds)
+
+
+@contextlib.contextmanager
+def _appends_held(fd: int) -> Iterator[None]:
+    """No other process appends to the file meanwhile (append_record), nor cuts its reserve: a POSIX record
+    lock, apart from the writer's flock (Linux keeps the two apart). Held for microseconds by each; after
+    _APPEND_WAIT_S the caller goes on without it rather than wait on a stopped process."""
+    deadline = time.monotonic() + _APPEND_WAIT_S
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.lockf(fd, fcntl.LOCK_UN)
 
 
 def _reserve(fd: int, size: int) -> None:
@@ -546,7 +587,8 @@ def trim_reserve(path: Path, look_back: int = _TAIL_SCAN_BYTES) -> None:
         fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _trim_fd(fd, look_back)
+            with _appends_held(fd):
+                _trim_fd(fd, look_back)
         finally:
             os.close(fd)
 

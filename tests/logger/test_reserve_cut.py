@@ -7,6 +7,7 @@ alive. Real processes, real signals, real `mpirun` ranks (the mpich wheel's Hydr
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 from logger_testkit import HANG_TIMEOUT_S, finish, read_glog, wait_for_line, wait_until
 
 from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
-from distvlog.logger import _rundir
+from distvlog.logger import _rundir, append_record
 
 LOGGED = """
 import distvlog as dv
@@ -403,3 +404,34 @@ def test_a_signal_that_mpi_handles_is_left_to_mpi(scripts):
     and SIGHUP as it does without distvlog."""
     run = scripts.run(MPI_FIRST)
     assert [r.first for r in run.records()] == ["first record", "still here"]
+
+
+ROLLING = """
+import distvlog as dv
+log = dv.get_logger("job")
+log.info("first")
+print(dv.logger.log_file_path(), flush=True)
+pad = "x" * 2000
+for i in range(10000):  # a new window every ~120 records
+    log.info("step", i=i, pad=pad)
+"""
+
+
+def test_records_appended_while_the_writer_moves_its_windows_are_all_kept(scripts):
+    """The launcher's parent appends records to a live rank's file; the rank cuts its reserve and reserves
+    the next window ~80 times meanwhile. An append never lands between a cut and the next reserve (where the
+    window would overwrite it), nor is cut off: every appended record is in the file once, after the rank's
+    normal exit no NUL is left, and the rank's own records are all there, in order."""
+    proc = subprocess.Popen(
+        [sys.executable, str(scripts.write(ROLLING))], env=scripts.env(), stdout=subprocess.PIPE, text=True
+    )
+    path = Path(proc.stdout.readline().strip())
+    appended = 0
+    while proc.poll() is None:
+        append_record(path, "warning", f"appended {appended}")
+        appended += 1
+    assert proc.wait() == 0
+    data = path.read_bytes()
+    assert b"\0" not in data
+    assert re.findall(rb"\] \[rank 0\] appended (\d+)\n", data) == [b"%d" % n for n in range(appended)]
+    assert re.findall(rb"step i=(\d+) ", data) == [b"%d" % i for i in range(10000)]
