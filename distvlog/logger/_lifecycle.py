@@ -8,6 +8,7 @@ the timer and signal handlers once the file exists. Every hook chains to the one
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import gc
 import os
@@ -88,7 +89,23 @@ def _exiting_by(exc: weakref.ref) -> bool:
 def _exit(status: object = None) -> None:
     """`sys.exit` for a process that is one rank of several (distvlog's own processes, such as `distvlog
     launch`'s rank parents, end as they choose)."""
-    frame = sys._getframe(1)
+    _exit_at(sys._getframe(1), status)
+
+
+class _BuiltinExit:
+    """The builtins `exit()` and `quit()` (site's), for a process that is one rank of several."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def __repr__(self) -> str:
+        return repr(self.original)
+
+    def __call__(self, code: object = None) -> None:
+        _exit_at(sys._getframe(1), code)
+
+
+def _exit_at(frame: Any, status: object) -> None:
     if isinstance(status, int) and status == 0 or status is None:
         _exit_call.clear()  # (a later success undoes an exit the script caught)
     elif threading.current_thread() is threading.main_thread() and not is_distvlog_file(frame.f_code.co_filename):
@@ -435,6 +452,9 @@ def install() -> None:
     threading.excepthook = thread_excepthook
     if IDENTITY.world_size > 1:
         sys.exit = _exit
+        for name in ("exit", "quit"):
+            if hasattr(builtins, name):
+                setattr(builtins, name, _BuiltinExit(getattr(builtins, name)))
     atexit.register(_at_exit)
     # A multiprocessing worker forked from this process ends with os._exit() right after
     # threading._shutdown(), without atexit: it settles its file there (the registration is inherited by the

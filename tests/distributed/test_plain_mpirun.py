@@ -114,21 +114,25 @@ try:
 except SystemExit as caught:
     kept = caught
 dv.get_logger("job").info("went on")
-if dv.get_rank() == 1 and "--exit" in sys.argv:
+if dv.get_rank() == 1 and "--sys.exit" in sys.argv:
     sys.exit(3)  # @exit
+if dv.get_rank() == 1 and "--exit" in sys.argv:
+    exit(3)  # @exit (the builtin, as scripts call it too)
 MPI.COMM_WORLD.Barrier()  # without --exit every rank comes; with it rank 1 never does
 """
 
 
-def test_a_non_zero_sys_exit_on_one_rank_ends_the_job_with_its_status(tmp_path: Path):
-    """`sys.exit(3)` on rank 1 while rank 0 waits in a collective: the job ends with status 3 (not a hang
-    with rank 1 in MPI_Finalize), the F record at the call names the status; a sys.exit the script caught
-    earlier changed nothing."""
+@pytest.mark.parametrize("how", ["sys.exit", "exit"])
+def test_a_non_zero_sys_exit_on_one_rank_ends_the_job_with_its_status(tmp_path: Path, how: str):
+    """`sys.exit(3)` (or the builtin `exit(3)`) on rank 1 while rank 0 waits in a collective: the job ends
+    with status 3 (not a hang with rank 1 in MPI_Finalize), the F record at the call names the status; a
+    sys.exit the script caught earlier changed nothing."""
     script = tmp_path / "job.py"
     script.write_text(EXITS_ON_ONE)
-    proc = run_plain(tmp_path, 2, [str(script), "--exit"])
+    proc = run_plain(tmp_path, 2, [str(script), f"--{how}"])
     assert proc.returncode == 3, proc.stderr
-    line = next(i for i, text in enumerate(EXITS_ON_ONE.splitlines(), start=1) if "# @exit" in text)
+    lines = EXITS_ON_ONE.splitlines()
+    line = next(i for i, text in enumerate(lines, start=1) if "# @exit" in text and text.strip().startswith(how))
     logs = rank_logs(tmp_path)
     assert re.search(rf"^F\S+ \S+ \d+ job\.py:{line}\] \[rank 1\] exited with status 3$", logs["rank-1.log"], re.M)
     assert "] [rank 0] went on\n" in logs["rank-0.log"] and "\0" not in logs["rank-1.log"]
