@@ -43,10 +43,13 @@ def loaded(modules: set[str], prefix: str) -> bool:
 
 
 def test_a_small_merge_imports_nothing_it_does_not_use(glog_run):
-    """4 ranks of a few hundred records: no pyarrow, engine, logger, MPI, nor another command's module."""
+    """4 ranks of a few hundred records: no pyarrow, engine, logger, MPI, nor another command's module; no
+    read-ahead threads (concurrent.futures, which imports logging) nor the follow mode."""
     code, modules = modules_after("merge", glog_run, "-o", os.devnull)
     assert code == 0 and "distvlog.tools.merge" in modules
     assert [m for m in HEAVY if loaded(modules, m)] == []
+    unused = ("concurrent.futures", "logging", "distvlog.tools.merge._follow", "socket", "tempfile")
+    assert [m for m in unused if loaded(modules, m)] == []
     assert not loaded(modules, "distvlog.tools.trace") and not loaded(modules, "distvlog.launch")
 
 

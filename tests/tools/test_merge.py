@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tools_logfiles import T0, expected_tags, ours, stamp
 
+from distvlog.tools import merge
 from distvlog.tools.merge import _kway
 from distvlog.tools.read import _source as reader
 from distvlog.tools.read import open_sources, read_records
@@ -226,9 +227,11 @@ def test_a_killed_ranks_last_whole_record_is_merged(tmp_path, cli):
 @given(
     st.lists(st.lists(st.tuples(st.integers(0, 50), st.booleans()), max_size=40), min_size=1, max_size=4),
     st.integers(120, 600),
+    st.booleans(),
 )
-def test_any_interleaving_through_tiny_blocks_is_a_stable_sort(tmp_path_factory, streams, chunk):
-    """Monotonic per-rank streams, random gaps and ties, multi-line records, blocks of a few records."""
+def test_any_interleaving_through_tiny_blocks_is_a_stable_sort(tmp_path_factory, streams, chunk, threads):
+    """Monotonic per-rank streams, random gaps and ties, multi-line records, blocks of a few records, read
+    ahead on threads or on the merge's own thread."""
     tmp = tmp_path_factory.mktemp("prop")
     expected = []
     for rank, gaps in enumerate(streams):
@@ -238,18 +241,31 @@ def test_any_interleaving_through_tiny_blocks_is_a_stable_sort(tmp_path_factory,
             recs.append((ts, f"I r{rank} n{i}" + (f"\nmore of r{rank} n{i}" if multi else "")))
             expected.append((ts, rank, i))
         (tmp / f"rank-{rank}.log").write_text(ours(rank, recs, host="h"))
-    old = reader.CHUNK
+    old = reader.CHUNK, merge.READ_AHEAD_MIN_BYTES
     reader.CHUNK = chunk
+    merge.READ_AHEAD_MIN_BYTES = 0 if threads else old[1]
     try:
         from distvlog.cli import main
 
         assert main(["merge", str(tmp), "-o", str(tmp / "out.log")]) == 0
     finally:
-        reader.CHUNK = old
+        reader.CHUNK, merge.READ_AHEAD_MIN_BYTES = old
     text = (tmp / "out.log").read_text()
     got = [(int(r), int(i)) for r, i in re.findall(r"\] r(\d+) n(\d+)", text)]
     assert got == [(rank, i) for _, rank, i in sorted(expected)]
     assert text.count("\nmore of ") == sum(m for gaps in streams for _, m in gaps)
+
+
+def test_reading_ahead_on_threads_or_on_the_merges_thread_writes_the_same(tmp_path, cli, glog_run, monkeypatch):
+    """A big input's next blocks are read on threads, a small input's on the merge's thread: same bytes out,
+    same summary."""
+    monkeypatch.setattr(reader, "CHUNK", 300)  # many blocks per input: reading ahead has work to do
+    inline = cli("merge", glog_run, "-o", tmp_path / "out.log")
+    inline_bytes = (tmp_path / "out.log").read_bytes()
+    monkeypatch.setattr(merge, "READ_AHEAD_MIN_BYTES", 0)
+    threads = cli("merge", glog_run, "-o", tmp_path / "out.log")
+    assert threads == inline and inline[0] == 0 and "488 records from 4 files" in inline[2]
+    assert (tmp_path / "out.log").read_bytes() == inline_bytes
 
 
 def test_lines_out_of_order_beyond_the_slack_are_written_late_and_counted(tmp_path, cli, monkeypatch):

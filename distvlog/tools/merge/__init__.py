@@ -8,8 +8,9 @@ what was skipped and why.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ...errors import InputError
 from ...wording import per_rank, plural
@@ -26,13 +27,15 @@ from ..read import (
     total,
     warner,
 )
-from . import _filters, _follow
-from ._follow import follow
-from ._kway import KWayMerge
+from . import _filters
+from ._kway import Inline, KWayMerge
 from ._writers import JsonWriter, Writer, text_header
 
 PROGRESS_MIN_BYTES = 4 << 20
 READ_THREADS = 2  # parse two inputs' next blocks at once (see _kway)
+# Below this much input every file is one block or two: threads to read ahead cost more than they save
+# (starting them and importing concurrent.futures, which imports logging: ~10 ms of a 4 x 100 records merge).
+READ_AHEAD_MIN_BYTES = 1 << 20
 # The blocks in memory: each input holds about two and a half (one read ahead, the one being merged, part
 # of the next), so an input's block is this budget shared out, within the bounds below.
 BLOCKS_BUDGET = 32 << 20
@@ -48,8 +51,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", metavar="OUT", help="write to OUT (default, or -: standard output)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="glog text (default) or JSON lines")
     _filters.add_arguments(parser)
-    _follow.add_arguments(parser)
+    _add_follow_arguments(parser)
     parser.set_defaults(run=run)
+
+
+def _add_follow_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--follow` and its options; the follow itself (_follow) is imported only when it runs."""
+    parser.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="print the timeline of a running job as it grows (PATH: its run directory, a log root or latest)",
+    )
+    parser.add_argument(
+        "--delay",
+        metavar="S",
+        type=_seconds,
+        default=1.0,
+        help="with --follow: print a record at the latest S seconds after it was read (default 1)",
+    )
+    parser.add_argument(
+        "--idle",
+        metavar="S",
+        type=_seconds,
+        default=300.0,
+        help="with --follow: stop when no rank wrote for S seconds (default 300)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds")
+    return value
+
+
+def __getattr__(name: str) -> Any:
+    """`follow` (the launcher's `launch --follow`) from its module, imported on first use (PEP 562)."""
+    if name == "follow":
+        from ._follow import follow
+
+        return follow
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _progress(sources: list[Source]):
@@ -100,8 +146,20 @@ def _arena(sources: list[Source]) -> Arena:
     return Arena(nslots=max(64, 4 * len(sources)), slot_bytes=block)
 
 
+def _read_ahead(sources: list[Source]) -> contextlib.AbstractContextManager[Any]:
+    """Threads that read and parse the inputs' next blocks while this one merges (see _kway); for a small
+    input, reading on this thread."""
+    if sum(s.size for s in sources) < READ_AHEAD_MIN_BYTES:
+        return contextlib.nullcontext(Inline())
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(READ_THREADS, thread_name_prefix="distvlog-merge-reader")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.follow:
+        from ._follow import follow
+
         return follow(args)
     select = _filters.Select(args)
     warn = warner("merge")
@@ -115,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     zone = sources[0].utc_offset_s  # the lowest rank's time zone
     for source in sources:
         source.display_offset_s = zone
-    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="distvlog-merge-reader") as ahead:
+    with _read_ahead(sources) as ahead:
         merge = KWayMerge(sources, _arena(sources).alloc, ahead)  # reads up to each file's first record
         after_reading(sources, warn, skipped=False)  # the summary says what was skipped
         written = _write(args, sources, merge, select, zone)

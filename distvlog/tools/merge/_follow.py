@@ -570,39 +570,6 @@ def _marked(text: bytes, late_us: int) -> bytes:
 
 
 # -- the command ---------------------------------------------------------------------------------------------
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-f",
-        "--follow",
-        action="store_true",
-        help="print the timeline of a running job as it grows (PATH: its run directory, a log root or latest)",
-    )
-    parser.add_argument(
-        "--delay",
-        metavar="S",
-        type=_seconds,
-        default=1.0,
-        help="with --follow: print a record at the latest S seconds after it was read (default 1)",
-    )
-    parser.add_argument(
-        "--idle",
-        metavar="S",
-        type=_seconds,
-        default=300.0,
-        help="with --follow: stop when no rank wrote for S seconds (default 300)",
-    )
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds")
-    return value
-
-
 def resolve_run(path: str) -> Path:
     """The run directory PATH names: itself, a log root's `latest` run, or (`latest`) the default log root's."""
     given = Path(path)

@@ -8,19 +8,23 @@ input. Ties keep rank order, then file order (inputs are in that order, and the 
 
 Each input's next block is read and parsed ahead on other threads (file reads and numpy mostly run
 without the GIL) while this one merges and gathers. Parsing is the larger share, so two threads read: one
-input's blocks are parsed one at a time, in order, but two inputs' at once.
+input's blocks are parsed one at a time, in order, but two inputs' at once. A small input is read on this
+thread instead (`Inline`): the same reads, in the same order, without the threads' cost.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..read import Block, Slot, Source
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 NEVER = np.iinfo(np.int64).max
 MAX_SLACK_US = 10_000_000  # past this, a record that arrives too late is written late (and counted)
@@ -54,13 +58,36 @@ class Batch:
             yield Batch(blocks, np.searchsorted(used, which), self.index[at : at + per], self.serials)
 
 
+class Inline:
+    """An executor's `submit` that runs the task at once, on the caller's thread."""
+
+    def submit(self, fn: Callable[..., Block | None], *args: Any) -> _Done:
+        return _Done(fn, *args)
+
+
+class _Done:
+    """A task run to its end: `result()` gives what it returned or raises what it raised, as a future does."""
+
+    def __init__(self, fn: Callable[..., Block | None], *args: Any) -> None:
+        self._error: Exception | None = None
+        try:
+            self._value = fn(*args)
+        except Exception as exc:
+            self._value, self._error = None, exc
+
+    def result(self) -> Block | None:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class _Lane:
     """One input's pending records, sorted by time: (ts, block serial, index in block)."""
 
-    def __init__(self, source: Source, ahead: ThreadPoolExecutor, alloc: Callable[[int], Slot]) -> None:
+    def __init__(self, source: Source, ahead: ThreadPoolExecutor | Inline, alloc: Callable[[int], Slot]) -> None:
         self.source = source
         self._ahead, self._alloc = ahead, alloc
-        self._next: Future[Block | None] = ahead.submit(source.next_block, alloc)
+        self._next: Future[Block | None] | _Done = ahead.submit(source.next_block, alloc)
         self.active = True
         self.frontier = -NEVER  # the newest timestamp read so far
         self.slack = 0
@@ -103,9 +130,9 @@ class _Lane:
 class KWayMerge:
     """`batches(keep)` yields the records of all sources in timestamp order, a batch at a time.
 
-    `ahead` (a thread pool) reads and parses the blocks; the caller shuts it down when done."""
+    `ahead` (a thread pool, or Inline) reads and parses the blocks; the caller shuts it down when done."""
 
-    def __init__(self, sources: list[Source], alloc: Callable[[int], Slot], ahead: ThreadPoolExecutor) -> None:
+    def __init__(self, sources: list[Source], alloc: Callable[[int], Slot], ahead: ThreadPoolExecutor | Inline) -> None:
         self.lanes = [_Lane(s, ahead, alloc) for s in sources]
         self.live: dict[int, list] = {}  # serial -> [block, records not yet written]
         self._serial = 0
