@@ -1,9 +1,15 @@
 """Start-up: `distvlog merge` of a small run (4 ranks x 100 records) beside `python -c pass`, same run.
 
 Goal (issue 23): the small merge within 0.15 s of wall time on this machine; most of it is importing.
-Contenders run interleaved, `--rounds` times each; medians are reported, and what the merge imports.
+Contenders run interleaved, `--rounds` times each; medians are reported.
 
-    python benchmarks/bench_start.py [--rounds 21]
+The merge is timed twice. "installed": with bytecode cached, as `pip install` leaves a package (the
+caches live in a temporary PYTHONPYCACHEPREFIX, filled by a first run). "no .pyc": as a source checkout
+runs under PYTHONDONTWRITEBYTECODE=1 (this machine's environment sets it), where every distvlog module is
+compiled from source at every start. `--baseline TREE` times another checkout's merge (say /work/main)
+in the same rounds, for a before/after.
+
+    python benchmarks/bench_start.py [--rounds 21] [--baseline /work/main]
 """
 
 from __future__ import annotations
@@ -24,37 +30,56 @@ from bench_merge import ROOT, generate  # noqa: E402
 RANKS, RECORDS = 4, 100
 
 
-def wall(cmd: list[str]) -> float:
+def wall(cmd: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - t0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--baseline", metavar="TREE", type=Path, help="also time the merge of this checkout")
     args = parser.parse_args()
-    os.environ["PYTHONPATH"] = str(ROOT)
     tmp = Path(tempfile.mkdtemp(prefix="bench_start."))
     try:
         files = [str(tmp / f"rank-{r}.log") for r in range(RANKS)]
         for r, f in enumerate(files):
             generate(Path(f), r, RECORDS, seed=r, ranks=RANKS)
+        merge = [sys.executable, "-m", "distvlog", "merge", *files, "-o", str(tmp / "out.log")]
+
+        def env(tree: Path, cached: bool) -> dict[str, str]:
+            out = dict(os.environ, PYTHONPATH=str(tree))
+            out.pop("PYTHONDONTWRITEBYTECODE", None)
+            if cached:
+                out["PYTHONPYCACHEPREFIX"] = str(tmp / "pyc" / tree.name)
+            else:
+                out.pop("PYTHONPYCACHEPREFIX", None)
+                out["PYTHONDONTWRITEBYTECODE"] = "1"
+            return out
+
         runs = {
-            "python -c pass": [sys.executable, "-c", "pass"],
-            "distvlog merge": [sys.executable, "-m", "distvlog", "merge", *files, "-o", str(tmp / "out.log")],
-            "import numpy": [sys.executable, "-c", "import numpy"],
+            "python -c pass": ([sys.executable, "-c", "pass"], env(ROOT, True)),
+            'python -c "import numpy"': ([sys.executable, "-c", "import numpy"], env(ROOT, True)),
+            "merge, installed": (merge, env(ROOT, True)),
+            "merge, no .pyc": (merge, env(ROOT, False)),
         }
+        if args.baseline:
+            runs["baseline merge, installed"] = (merge, env(args.baseline.resolve(), True))
+            runs["baseline merge, no .pyc"] = (merge, env(args.baseline.resolve(), False))
+        if any(ROOT.glob("distvlog/**/__pycache__")):
+            print("note: distvlog has __pycache__ directories: the no .pyc rows read them")
+        for cmd, e in runs.values():  # fills the bytecode caches
+            wall(cmd, e)
         times: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.rounds):
-            for name, cmd in runs.items():
-                times[name].append(wall(cmd))
+            for name, (cmd, e) in runs.items():
+                times[name].append(wall(cmd, e))
+        floor = statistics.median(times["python -c pass"])
+        print(f"{RANKS} ranks x {RECORDS} records, {args.rounds} rounds, medians:")
         for name, t in times.items():
-            print(f"{name:16s} median {statistics.median(t) * 1000:6.1f} ms   (min {min(t) * 1000:.1f} ms)")
-        merge, floor = statistics.median(times["distvlog merge"]), statistics.median(times["python -c pass"])
-        print(
-            f"distvlog merge of {RANKS} x {RECORDS} records: {merge * 1000:.0f} ms, {merge - floor:.3f} s over python"
-        )
+            median = statistics.median(t)
+            print(f"  {name:28s} {median * 1000:6.1f} ms  {(median - floor) * 1000:+6.1f} ms over python")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
