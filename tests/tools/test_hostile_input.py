@@ -102,7 +102,7 @@ def test_links_that_lead_nowhere_are_one_line_each(tmp_path, make, words):
 
 
 AS_NOBODY = """
-import locale, os, sys
+import locale, os, shutil, sys  # (argparse imports these two when it builds a parser)
 import distvlog.tools.merge  # what the command imports, loaded before root is dropped (the interpreter
 from distvlog.cli import main  # and its packages may be in a directory only root can read)
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
