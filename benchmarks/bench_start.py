@@ -1,7 +1,8 @@
 """Start-up: `distvlog merge` of a small run (4 ranks x 100 records) beside `python -c pass`, same run.
 
 Goal (issue 23): the small merge within 0.15 s of wall time on this machine; most of it is importing.
-Contenders run interleaved, `--rounds` times each; medians are reported.
+Contenders run interleaved, `--rounds` times each, in a new random order each round (a run's place in
+the round changes its time on a loaded machine); medians are reported.
 
 The merge is timed twice. "installed": with bytecode cached, as `pip install` leaves a package (the
 caches live in a temporary PYTHONPYCACHEPREFIX, filled by a first run). "no .pyc": as a source checkout
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -72,9 +74,11 @@ def main() -> None:
         for cmd, e in runs.values():  # fills the bytecode caches
             wall(cmd, e)
         times: dict[str, list[float]] = {name: [] for name in runs}
+        order, shuffle = list(runs), random.Random(0).shuffle
         for _ in range(args.rounds):
-            for name, (cmd, e) in runs.items():
-                times[name].append(wall(cmd, e))
+            shuffle(order)
+            for name in order:
+                times[name].append(wall(*runs[name]))
         floor = statistics.median(times["python -c pass"])
         print(f"{RANKS} ranks x {RECORDS} records, {args.rounds} rounds, medians:")
         for name, t in times.items():
