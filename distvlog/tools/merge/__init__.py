@@ -33,8 +33,8 @@ from ._writers import JsonWriter, Writer, text_header
 
 PROGRESS_MIN_BYTES = 4 << 20
 READ_THREADS = 2  # parse two inputs' next blocks at once (see _kway)
-# Below this much input every file is one block or two: threads to read ahead cost more than they save
-# (starting them and importing concurrent.futures, which imports logging: ~10 ms of a 4 x 100 records merge).
+# Below this much input every file is a block or two: threads to read ahead cost more than they save
+# (importing concurrent.futures, which imports logging, is ~5 ms of a 4 x 100 records merge; then starting them).
 READ_AHEAD_MIN_BYTES = 1 << 20
 # The blocks in memory: each input holds about two and a half (one read ahead, the one being merged, part
 # of the next), so an input's block is this budget shared out, within the bounds below.
