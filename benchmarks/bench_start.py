@@ -2,7 +2,7 @@
 
 Goal (issue 23): the small merge within 0.15 s of wall time on this machine; most of it is importing.
 Contenders run interleaved, `--rounds` times each, in a new random order each round (a run's place in
-the round changes its time on a loaded machine); medians are reported.
+the round changes its time on a loaded machine); medians of wall and CPU time are reported.
 
 The merge is timed twice. "installed": with bytecode cached, as `pip install` leaves a package (the
 caches live in a temporary PYTHONPYCACHEPREFIX, filled by a first run). "no .pyc": as a source checkout
@@ -32,10 +32,15 @@ from bench_merge import ROOT, generate  # noqa: E402
 RANKS, RECORDS = 4, 100
 
 
-def wall(cmd: list[str], env: dict[str, str]) -> float:
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system: the steadier figure on a machine shared with other work)."""
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - t0
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{' '.join(cmd)}: failed")
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -72,18 +77,19 @@ def main() -> None:
         if any(ROOT.glob("distvlog/**/__pycache__")):
             print("note: distvlog has __pycache__ directories: the no .pyc rows read them")
         for cmd, e in runs.values():  # fills the bytecode caches
-            wall(cmd, e)
-        times: dict[str, list[float]] = {name: [] for name in runs}
+            timed(cmd, e)
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
         order, shuffle = list(runs), random.Random(0).shuffle
         for _ in range(args.rounds):
             shuffle(order)
             for name in order:
-                times[name].append(wall(*runs[name]))
-        floor = statistics.median(times["python -c pass"])
-        print(f"{RANKS} ranks x {RECORDS} records, {args.rounds} rounds, medians:")
-        for name, t in times.items():
-            median = statistics.median(t)
-            print(f"  {name:28s} {median * 1000:6.1f} ms  {(median - floor) * 1000:+6.1f} ms over python")
+                times[name].append(timed(*runs[name]))
+        medians = {name: [statistics.median(column) * 1000 for column in zip(*t)] for name, t in times.items()}
+        wall0, cpu0 = medians["python -c pass"]
+        print(f"{RANKS} ranks x {RECORDS} records, {args.rounds} rounds, medians (ms; over python -c pass):")
+        print(f"  {'':28s} {'wall':>6s} {'over':>6s}  {'CPU':>6s} {'over':>6s}")
+        for name, (wall, cpu) in medians.items():
+            print(f"  {name:28s} {wall:6.1f} {wall - wall0:+6.1f}  {cpu:6.1f} {cpu - cpu0:+6.1f}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
