@@ -87,6 +87,33 @@ def distvlog_command(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+BLAS_PROBE = """
+import os, sys
+from distvlog.cli import command
+code = command()
+print(code, os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")))
+"""
+
+
+def test_the_tools_run_numpys_blas_on_one_thread_unless_the_user_chose(glog_run):
+    """`distvlog merge` starts no BLAS worker thread (it would spin as numpy loads); a user's own
+    OPENBLAS_NUM_THREADS is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", BLAS_PROBE, "merge", glog_run, "-o", os.devnull],
+            capture_output=True,
+            text=True,
+            env=dict(env, PYTHONPATH=str(ROOT), **chosen),
+            timeout=120,
+            check=True,
+        ).stdout.split()
+        for chosen in ({}, {"OPENBLAS_NUM_THREADS": "2"})
+    ]
+    assert runs[0] == ["0", "1", "1"]  # exit code, the variable, the process's threads (its own only)
+    assert runs[1][:2] == ["0", "2"]
+
+
 def test_bare_distvlog_lists_its_commands_and_succeeds():
     """`distvlog` alone is a question, not a mistake: the commands with what each does, exit 0."""
     proc = distvlog_command()
