@@ -32,10 +32,11 @@ from bench_merge import ROOT, generate  # noqa: E402
 RANKS, RECORDS = 4, 100
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Wall and CPU seconds (user + system: the steadier figure on a machine shared with other work)."""
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system: the steadier figure on a machine shared with other work). `cwd`:
+    not a checkout (`-m` and `-c` put the working directory first on sys.path, ahead of PYTHONPATH)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status):
@@ -77,13 +78,13 @@ def main() -> None:
         if any(ROOT.glob("distvlog/**/__pycache__")):
             print("note: distvlog has __pycache__ directories: the no .pyc rows read them")
         for cmd, e in runs.values():  # fills the bytecode caches
-            timed(cmd, e)
+            timed(cmd, e, tmp)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
         order, shuffle = list(runs), random.Random(0).shuffle
         for _ in range(args.rounds):
             shuffle(order)
             for name in order:
-                times[name].append(timed(*runs[name]))
+                times[name].append(timed(*runs[name], tmp))
         medians = {name: [statistics.median(column) * 1000 for column in zip(*t)] for name, t in times.items()}
         wall0, cpu0 = medians["python -c pass"]
         print(f"{RANKS} ranks x {RECORDS} records, {args.rounds} rounds, medians (ms; over python -c pass):")
