@@ -17,12 +17,14 @@ import pytest
 
 from distvlog.cli import main
 from distvlog.errors import InputError
+from distvlog.logger import content_size
 from distvlog.tools import diff as diff_tool
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "launch" / "train.py")
 SOURCE = Path(TRAIN).read_text().splitlines()
 HANG_GUARD_S = 120  # a job that should hang is stopped once its logs show it; this only bounds a broken test
+QUIET_POLLS = 4  # polls 0.5 s apart in which no rank wrote: every rank has reached the hang
 
 
 def line_of(text: str) -> int:
@@ -165,13 +167,23 @@ def hang(tmp_path: Path, *args: str) -> str:
             [*command, *args], env=env, cwd=tmp_path, stdout=out, stderr=err, start_new_session=True
         )
     try:
-        deadline = time.monotonic() + HANG_GUARD_S
-        while time.monotonic() < deadline and proc.poll() is None and not _parted(tmp_path / "logs"):
+        deadline, sizes, quiet = time.monotonic() + HANG_GUARD_S, None, 0
+        while time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.5)
+            now = _written(tmp_path / "logs")
+            quiet, sizes = (quiet + 1 if now == sizes else 0), now
+            if quiet >= QUIET_POLLS and _parted(tmp_path / "logs"):
+                break
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=HANG_GUARD_S)
     return run_dir_of((tmp_path / "err").read_text())
+
+
+def _written(root: Path) -> tuple[int, ...]:
+    """How much each rank file of the run holds: unchanged while every rank is stuck (a rank still on its
+    way to the hang, slowed by a loaded machine, still logs)."""
+    return tuple(content_size(p) for p in sorted(root.glob("*-launch*/rank-*")))
 
 
 def _parted(root: Path) -> bool:
