@@ -5,8 +5,8 @@ gradients are wanted, a hook). The first backward that runs one of them queues t
 engine writes a capture at the end of the pass: Paddle's files (`backward_graph.dot`,
 `ref_forward_graph.dot`, `call_stack.log`, `grad_tensors.log`) through our engine's writer, with torch's
 nodes read as ours. The captured nodes that backward ran are grey, the nodes they send gradients to orange
-(leaves teal); a node no backward_vlog_guard numbered keeps torch's name. Once per guard; a failure is said once and never
-breaks the backward.
+(leaves teal); a node no backward_vlog_guard numbered keeps torch's name. Once per guard; a failure is said
+once and never breaks the backward.
 """
 
 from __future__ import annotations
