@@ -24,7 +24,7 @@ import traceback
 from typing import NoReturn
 
 from ..dist import DataParallelError
-from ..logger import IDENTITY, abort_job, log_end, log_failure, log_interrupt
+from ..logger import IDENTITY, abort_job, exit_status, log_end, log_failure, log_interrupt
 from .supervise import CRASH_FD, DUMP_SIGNAL
 
 
@@ -44,7 +44,7 @@ def _say(line: str) -> None:
 def _report_exit(exc: SystemExit) -> int:
     """A non-zero `sys.exit()`: printed as Python would and logged as an F record where it was called, so
     `distvlog launch` names the rank and its reason (the job is aborted before Python could print it)."""
-    status, message = (int(exc.code), "") if isinstance(exc.code, int) else (1, f": {exc.code}")
+    status, message = exit_status(exc.code)
     if message:
         _say(f"{exc.code}\n")
     log_failure(f"exited with status {status}{message}", exc, exc.__traceback__)

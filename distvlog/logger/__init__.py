@@ -16,7 +16,16 @@ from ._env import LAUNCHER_VARS, SETTINGS_SAID
 from ._env import boolean as env_boolean
 from ._env import read as read_env
 from ._identity import IDENTITY, rank_from_env
-from ._lifecycle import FLUSH_INTERVAL_S, SIGNAL_GRACE_S, abort_job, log_at, log_end, log_failure, log_interrupt
+from ._lifecycle import (
+    FLUSH_INTERVAL_S,
+    SIGNAL_GRACE_S,
+    abort_job,
+    exit_status,
+    log_at,
+    log_end,
+    log_failure,
+    log_interrupt,
+)
 from ._logger import LineWriter, Logger, add_processor, bind_context, get_logger, unbind_context
 from ._processors import PACKAGE_DIR, code_site, is_distvlog_file
 from ._rules import level_for, set_vlog_level, vlog_guard
@@ -65,6 +74,7 @@ __all__ = [
     "content_size",
     "default_run_id",
     "env_boolean",
+    "exit_status",
     "flush",
     "get_logger",
     "is_distvlog_file",

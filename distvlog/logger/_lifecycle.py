@@ -52,7 +52,7 @@ def _at_exit() -> None:
     SINK.buffer_bytes = 0  # records logged by later exit hooks go straight to the file
     if _exit_call and IDENTITY.world_size > 1 and _exiting_by(_exit_call[2]):
         status, where, _ = _exit_call
-        code, message = (int(status), "") if isinstance(status, int) else (1, f": {status}")  # (Python's rule)
+        code, message = exit_status(status)
         if not _failed["logged"]:  # (`distvlog launch`'s runner logs the exit itself)
             with contextlib.suppress(Exception):
                 log_at("critical", f"exited with status {code}{message}", where)
@@ -60,6 +60,12 @@ def _at_exit() -> None:
     elif not hasattr(sys, "last_value"):
         log_end()
     SINK.settle()
+
+
+def exit_status(code: object) -> tuple[int, str]:
+    """What a process exits with for `sys.exit(code)`, as Python decides (an int is the status; anything else
+    is printed and the status is 1), and the text an F record adds for it."""
+    return (int(code), "") if isinstance(code, int) else (1, f": {code}")
 
 
 _exit_call: list = []  # the main thread's last sys.exit(non-zero): [status, where it was called, the exception]
