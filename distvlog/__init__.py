@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 _FROM: dict[str, str] = {  # name -> the module that defines it
     **dict.fromkeys(("float16", "float32", "float64", "int32", "int64"), "numpy"),  # dtype names as in paddle
-    **dict.fromkeys(("DataParallel", "finalize", "get_rank", "get_world_size", "init"), ".dist"),
+    **dict.fromkeys(("DataParallel", "finalize", "get_rank", "get_world_size", "init"), ".distributed"),
     **dict.fromkeys(("capture_stdlib", "configure", "flush", "get_logger", "set_vlog_level", "vlog_guard"), ".logger"),
 }
 _SUBPACKAGES = {  # paddle.optimizer is optim; base and utils: Paddle's import paths for the guards

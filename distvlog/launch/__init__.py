@@ -2,7 +2,7 @@
 (a failing rank ends the job; a script that ended leaves its end record) and `report` says afterwards, from
 the ranks' logs, what happened.
 
-It sits above `distvlog.dist` (the MPI runtime the ranks use) and `distvlog.tools` (whose reader and merge
+It sits above `distvlog.distributed` (the MPI runtime the ranks use) and `distvlog.tools` (whose reader and merge
 the report uses); neither of them imports it. Nothing is imported here: each rank starts `run` and should
 not pay for the tools.
 """

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import distvlog
 
-from ..dist.comm import library_name
+from ..distributed.comm import library_name
 from ..errors import InputError
 from ..logger import SETTINGS_SAID, log_dir
 from . import report

@@ -23,7 +23,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-from ..dist import DataParallelError
+from ..distributed import DataParallelError
 from ..logger import IDENTITY, abort_job, exit_status, log_end, log_failure, log_interrupt
 from .supervise import CRASH_FD, DUMP_SIGNAL
 
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> None:
     except BaseException:
         sys.excepthook(*sys.exc_info())  # distvlog's hook logs the traceback as an F record, prints it, aborts
         _abort(1)
-    from ..dist import finalize, is_initialized
+    from ..distributed import finalize, is_initialized
 
     if is_initialized():
         finalize()  # the closing clock offsets; does nothing if the script finalized already

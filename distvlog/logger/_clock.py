@@ -1,7 +1,7 @@
 """The wall clock of every record's timestamp, in µs since the epoch.
 
 `DISTVLOG_SIMULATE_CLOCK_SKEW_US=N` shifts rank r's clock by r × N µs, to show and test clock-offset
-correction on one machine: `distvlog.dist` measures its offsets to rank 0 with this same clock, so
+correction on one machine: `distvlog.distributed` measures its offsets to rank 0 with this same clock, so
 `merge` cancels the skew exactly as it would cancel a real one.
 """
 

@@ -1,6 +1,6 @@
 """Who this process is: rank and world size from the launcher's environment, without MPI calls.
 
-`distvlog.dist.init()` overwrites rank and world size with MPI's answer; everything else reads them here.
+`distvlog.distributed.init()` overwrites rank and world size with MPI's answer; everything else reads them here.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def _check_pattern(pattern: object) -> str:
 
 class Rules:
     """A global level plus `glob=level` patterns (first match wins): matched on a module's basename, as glog
-    matches file basenames, or on its whole dotted name when the pattern has a dot (`distvlog.dist.*`)."""
+    matches file basenames, or on its whole dotted name when the pattern has a dot (`distvlog.distributed.*`)."""
 
     __slots__ = ("level", "patterns", "_cache")
 

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..dist import agree_on_run, clock
+from ..distributed import agree_on_run, clock
 from ..format import CLOCK_END, CLOCK_START
 from ..logger import IDENTITY, SINK, configure, flush, get_logger, unbind_context
 from ._comm import TorchComm
@@ -76,7 +76,7 @@ def _master_over_mpi(launcher: str) -> tuple[str, str]:
     """Rank 0's host and a port free on it, broadcast over MPI; a rank on rank 0's host reaches it on the
     loopback."""
     try:
-        from ..dist import comm
+        from ..distributed import comm
 
         world = comm.private("torch-rendezvous")
     except Exception as exc:

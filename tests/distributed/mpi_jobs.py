@@ -100,7 +100,7 @@ def mode_mismatch(kind: str) -> None:
             model.step += 1  # as if this rank had run one more forward
         train(model, 2)
         say(error=None)
-    except dv.dist.DataParallelError as exc:
+    except dv.distributed.DataParallelError as exc:
         say(error=str(exc))
 
 
@@ -112,7 +112,7 @@ def mode_nan() -> None:
     try:
         train(model, 4, nan_at=(1, 2))
         say(error=None)
-    except dv.dist.DataParallelError as exc:
+    except dv.distributed.DataParallelError as exc:
         say(error=str(exc), step=model.step)
 
 
@@ -128,7 +128,7 @@ def mode_hash(when: str) -> None:
         if when == "auto":
             train(model, 3)
         say(digest=model.check_parameters(), step=model.step)
-    except dv.dist.DataParallelError as exc:
+    except dv.distributed.DataParallelError as exc:
         say(error=str(exc), step=model.step)
 
 
@@ -149,7 +149,7 @@ def mode_frozen() -> None:
     try:
         model.check_parameters()
         say(error=None, **fields)
-    except dv.dist.DataParallelError as exc:
+    except dv.distributed.DataParallelError as exc:
         say(error=str(exc), **fields)
 
 
@@ -184,7 +184,7 @@ def mode_gather(layout: str, records: str) -> None:
 
 def mode_clock(rounds: str) -> None:
     """The measured offset to rank 0 and its uncertainty, as written into the header."""
-    from distvlog.dist import clock, comm
+    from distvlog.distributed import clock, comm
 
     offset, uncertainty = clock.measure(comm.private("test"), int(rounds))
     say(offset=offset, uncertainty=uncertainty)
@@ -223,7 +223,7 @@ def mode_finalize_checks(kind: str, overlap: str) -> None:
                 if step == STEPS - 1 and rank == 1 and kind == "extra":
                     backward(model, x)
         dv.finalize()
-    except dv.dist.DataParallelError as exc:
+    except dv.distributed.DataParallelError as exc:
         error = str(exc)
     dv.finalize()
     say(error=error)
@@ -284,7 +284,7 @@ def mode_unused(overlap: str, bucket_bytes: str) -> None:
 def mode_killed_in_finalize() -> None:
     """Rank 0 logs a record and finalizes; rank 1 never does: it SIGKILLs rank 0 (as a launcher would) once
     rank 0's clock-sync ping arrives, i.e. while rank 0 waits in dv.finalize()."""
-    from distvlog.dist import clock, comm
+    from distvlog.distributed import clock, comm
     from distvlog.logger import SINK
 
     dv.init()

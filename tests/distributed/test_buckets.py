@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import distvlog as dv
-from distvlog.dist.buckets import make_buckets
+from distvlog.distributed.buckets import make_buckets
 
 
 def params(*specs: tuple[tuple[int, ...], str]) -> list[dv.Tensor]:

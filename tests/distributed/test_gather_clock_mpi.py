@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from distvlog.dist.gather import CHUNK_BYTES
+from distvlog.distributed.gather import CHUNK_BYTES
 from distvlog.format import END_RECORD
 
 pytestmark = pytest.mark.timeout(300)

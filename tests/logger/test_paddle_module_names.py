@@ -11,14 +11,14 @@ def test_the_guides_everyday_vmodule_sets_the_forward_op_lines_and_the_backward(
     rules = Rules(0).updated("dygraph_functions=4,nodes=4,tracer=3,backward=3")
     assert rules.level_for("distvlog.autograd.ops") == 4, "dygraph_functions=4 and tracer=3: the higher"
     assert rules.level_for("distvlog.autograd.engine") == 4, "nodes=4 and backward=3: one module here"
-    assert rules.level_for("distvlog.dist.parallel") == 0
+    assert rules.level_for("distvlog.distributed.parallel") == 0
 
 
 def test_glog_vmodule_from_the_environment_takes_paddles_names(monkeypatch):
     monkeypatch.setenv("GLOG_vmodule", "nodes=5,reducer=1")
     monkeypatch.delenv("DISTVLOG_VMODULE", raising=False)
     rules = _rules_from_env()
-    assert rules.level_for("distvlog.autograd.engine") == 5 and rules.level_for("distvlog.dist.parallel") == 1
+    assert rules.level_for("distvlog.autograd.engine") == 5 and rules.level_for("distvlog.distributed.parallel") == 1
 
 
 def test_a_module_of_yours_with_a_paddle_name_keeps_its_level():

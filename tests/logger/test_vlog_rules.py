@@ -79,7 +79,7 @@ def test_vmodule_matches_basenames_and_globs():
     rules = Rules(2).updated("engine=5,distvlog.nn.*=3,dist*=1,*_mpi=4")
     assert rules.level_for("distvlog.autograd.engine") == 5
     assert rules.level_for("engine") == 5
-    assert rules.level_for("distvlog.dist.distributed") == 1  # glob on the basename, overriding global 2
+    assert rules.level_for("distvlog.distributed.distributed") == 1  # glob on the basename, overriding global 2
     assert rules.level_for("tests.gather_mpi") == 4
     assert rules.level_for("distvlog.nn.layers") == 3  # a dotted pattern matches the whole name
     assert rules.level_for("distvlog.autograd.engine2") == 2

@@ -15,7 +15,15 @@ from tools_logfiles import ROOT
 
 from distvlog.cli import COMMANDS, build_parser
 
-HEAVY = ("pyarrow", "distvlog.autograd", "distvlog.nn", "distvlog.logger", "structlog", "mpi4py", "distvlog.dist")
+HEAVY = (
+    "pyarrow",
+    "distvlog.autograd",
+    "distvlog.nn",
+    "distvlog.logger",
+    "structlog",
+    "mpi4py",
+    "distvlog.distributed",
+)
 
 PROBE = """
 import json, sys

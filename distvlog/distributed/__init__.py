@@ -14,7 +14,7 @@ from ..logger import IDENTITY, SINK, configure, default_run_id, get_logger, unbi
 from . import clock, comm
 from .parallel import DataParallel, DataParallelError, check_finalize
 
-_log = get_logger("distvlog.dist")
+_log = get_logger("distvlog.distributed")
 _state = {"initialized": False, "finalized": False}
 
 
@@ -29,8 +29,13 @@ def init(*, log_dir: str | None = None, format: str | None = None, run_id: str |
         configure(format=format, log_dir=log_dir)
     shared = agree_on_run(private, run_id, "distvlog.init()")
     offset, uncertainty = clock.record(private, CLOCK_START)
-    _log.info("dist init", world_size=world.size, run_id=shared, clock_offset_us=round(offset, 1),
-              clock_uncertainty_us=round(uncertainty, 1))
+    _log.info(
+        "dist init",
+        world_size=world.size,
+        run_id=shared,
+        clock_offset_us=round(offset, 1),
+        clock_uncertainty_us=round(uncertainty, 1),
+    )
     _state["initialized"] = True
 
 
@@ -48,8 +53,10 @@ def agree_on_run(comm: Any, run_id: str | None, init_name: str) -> str:
     if SINK.path is None:
         configure(run_id=shared)
     elif SINK.run_id != shared:
-        _log.warning(f"this rank already logs to run {SINK.run_id}, rank 0 to run {shared}: call "
-                     f"{init_name} before the first log record")
+        _log.warning(
+            f"this rank already logs to run {SINK.run_id}, rank 0 to run {shared}: call "
+            f"{init_name} before the first log record"
+        )
     return shared
 
 
@@ -86,5 +93,13 @@ def get_world_size() -> int:
     return IDENTITY.world_size
 
 
-__all__ = ["DataParallel", "DataParallelError", "agree_on_run", "finalize", "get_rank", "get_world_size", "init",
-           "is_initialized"]
+__all__ = [
+    "DataParallel",
+    "DataParallelError",
+    "agree_on_run",
+    "finalize",
+    "get_rank",
+    "get_world_size",
+    "init",
+    "is_initialized",
+]

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 CHUNK_BYTES = 1 << 20
 HEAD_BYTES = 1024  # the header: host, pid and creation time tell two files apart
 _GO, _MANIFEST, _WANTED, _DATA = 21, 22, 23, 24
-_log = get_logger("distvlog.dist.gather")
+_log = get_logger("distvlog.distributed.gather")
 
 
 def _own_files() -> list[Path]:
@@ -68,9 +68,11 @@ def _wanted(run_dir: Path, manifest: list[tuple[str, bytes]]) -> list[bool]:
     for name, head in manifest:
         target = run_dir / name
         if target.exists():
-            if _head(target)[:len(head)] != head:
-                _log.warning(f"gather: {target} exists but is not the file of the same name sent by another "
-                             "rank; kept the existing one")
+            if _head(target)[: len(head)] != head:
+                _log.warning(
+                    f"gather: {target} exists but is not the file of the same name sent by another "
+                    "rank; kept the existing one"
+                )
             answers.append(False)
         else:
             answers.append(True)
@@ -104,6 +106,7 @@ def gather(comm: MPI.Intracomm) -> tuple[int, int]:
             if wanted:
                 nbytes += _receive_file(comm, peer, run_dir / name)
                 copied += 1
-    _log.info(f"gather: copied {copied} files ({nbytes} bytes) from other ranks into {run_dir}",
-              files=copied, bytes=nbytes)
+    _log.info(
+        f"gather: copied {copied} files ({nbytes} bytes) from other ranks into {run_dir}", files=copied, bytes=nbytes
+    )
     return copied, nbytes

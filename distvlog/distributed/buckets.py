@@ -39,7 +39,7 @@ class Bucket:
     def slot(self, flat: np.ndarray, i: int) -> np.ndarray:
         """The part of `flat` that belongs to parameter i, shaped like it."""
         param = self.params[i]
-        return flat[self.offsets[i]:self.offsets[i] + param.size].reshape(param.shape)
+        return flat[self.offsets[i] : self.offsets[i] + param.size].reshape(param.shape)
 
     def buffer(self) -> np.ndarray:
         """A zeroed reduction buffer: the gradients, then the use counts."""
@@ -47,7 +47,7 @@ class Bucket:
 
     def gradients(self, flat: np.ndarray) -> np.ndarray:
         """The gradient part of a reduction buffer (all of a plain gradient array)."""
-        return flat[:self.size]
+        return flat[: self.size]
 
     def put(self, flat: np.ndarray, i: int, grad: np.ndarray) -> None:
         """Parameter i's gradient into `flat`; in a reduction buffer also counted as used."""
@@ -79,8 +79,11 @@ def make_buckets(params: list[Tensor], bucket_bytes: int) -> list[Bucket]:
     for param in reversed(params):
         dtype = np.dtype(param.dtype)
         current = buckets[-1] if buckets else None
-        if current is None or current.dtype != dtype or (
-                current.size and current.nbytes + param.size * dtype.itemsize > bucket_bytes):
+        if (
+            current is None
+            or current.dtype != dtype
+            or (current.size and current.nbytes + param.size * dtype.itemsize > bucket_bytes)
+        ):
             current = Bucket(len(buckets), dtype)
             buckets.append(current)
         current.add(param)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .buckets import Bucket
 
 MAX_LISTED = 6  # differences named in one error message
-_log = dlog.get_logger("distvlog.dist.checks")
+_log = dlog.get_logger("distvlog.distributed.checks")
 
 
 class DataParallelError(RuntimeError):
@@ -91,8 +91,10 @@ def _layout_text(layouts: list[tuple]) -> str:
     parts = []
     for layout, ranks in groups[1:]:
         if len(layout) != len(reference):
-            parts.append(f"{ranks_text(ranks)} {_have(ranks)} {len(layout)} parameters, {ranks_text(ref_ranks)} "
-                         f"{_have(ref_ranks)} {len(reference)}")
+            parts.append(
+                f"{ranks_text(ranks)} {_have(ranks)} {len(layout)} parameters, {ranks_text(ref_ranks)} "
+                f"{_have(ref_ranks)} {len(reference)}"
+            )
         diffs = []
         for i in range(max(len(layout), len(reference))):
             mine = layout[i] if i < len(layout) else None
@@ -101,8 +103,10 @@ def _layout_text(layouts: list[tuple]) -> str:
                 present, where = (mine or ref), (ranks if mine else ref_ranks)
                 diffs.append(f"{present[0]} only on {ranks_text(where)}")
             elif mine[1:] != ref[1:]:
-                diffs.append(f"{ref[0]}: {list(ref[1])} {ref[2]} on {ranks_text(ref_ranks)}, "
-                             f"{list(mine[1])} {mine[2]} on {ranks_text(ranks)}")
+                diffs.append(
+                    f"{ref[0]}: {list(ref[1])} {ref[2]} on {ranks_text(ref_ranks)}, "
+                    f"{list(mine[1])} {mine[2]} on {ranks_text(ranks)}"
+                )
         parts.extend(_first(diffs))
     return "; ".join(parts)
 
@@ -117,8 +121,11 @@ def nonfinite_text(bucket: Bucket, flat: np.ndarray, step: int, rank: int) -> st
         n_nan, n_inf = int(np.isnan(grad).sum()), int(np.isinf(grad).sum())
         if n_nan or n_inf:
             producer = param._grad_node().producer  # the AccumulationNode remembers who sent the gradient
-            origin = (f"produced by {producer.name} (forward at {producer.site})" if producer is not None
-                      else "no GradNode produced it this step")
+            origin = (
+                f"produced by {producer.name} (forward at {producer.site})"
+                if producer is not None
+                else "no GradNode produced it this step"
+            )
             found.append(f"gradient of {param.name} has {n_nan} NaN and {n_inf} Inf, {origin}")
     return f"rank {rank} step {step}: " + "; ".join(found)
 
@@ -161,7 +168,9 @@ def agree(comm: MPI.Intracomm, note: Note, layout: tuple = (), bad: str | None =
         if len({n.at for n in notes}) > 1:
             problems.append(_spread("at", [n.at for n in notes]))
     problems.extend(d[1] for d in details if d[1])
-    culprits = sorted(set(_minority([n._replace(bad=False) for n in notes])) | {r for r, n in enumerate(notes) if n.bad})
+    culprits = sorted(
+        set(_minority([n._replace(bad=False) for n in notes])) | {r for r, n in enumerate(notes) if n.bad}
+    )
     what = note.where() if note.owner is None else note.at + _of_step(note.step)
     reason = " | ".join(problems)
     _fail(comm.rank, f"before {what}", reason, culprits, f"DataParallel check before {what} failed: {reason}")
@@ -176,10 +185,12 @@ class Checks:
         self.params = params
         self.owner = owner
         # a parameter frozen on one rank only would change the gradient buckets: part of the layout
-        self.layout = tuple((p.name, tuple(p.shape), str(p.dtype) + (" frozen" if p.stop_gradient else ""))
-                            for p in params)
-        self._fingerprint = hashlib.blake2b(repr([entry[1:] for entry in self.layout]).encode(),
-                                            digest_size=8).hexdigest()
+        self.layout = tuple(
+            (p.name, tuple(p.shape), str(p.dtype) + (" frozen" if p.stop_gradient else "")) for p in params
+        )
+        self._fingerprint = hashlib.blake2b(
+            repr([entry[1:] for entry in self.layout]).encode(), digest_size=8
+        ).hexdigest()
 
     def before(self, collective: str, step: int, bad: str | None = None) -> None:
         """Collective: all ranks must be about to run the same collective of the same step of this
@@ -189,8 +200,9 @@ class Checks:
 
     def parameters(self, step: int) -> str:
         """Collective: a digest of all parameters, which must be bit-identical on every rank."""
-        digests = [hashlib.blake2b(np.ascontiguousarray(p.numpy()).tobytes(), digest_size=8).hexdigest()
-                   for p in self.params]
+        digests = [
+            hashlib.blake2b(np.ascontiguousarray(p.numpy()).tobytes(), digest_size=8).hexdigest() for p in self.params
+        ]
         everyone = self.comm.allgather(digests)
         differing, culprits = [], set()
         for i, name in enumerate(entry[0] for entry in self.layout):
@@ -201,11 +213,18 @@ class Checks:
                 if len(odd) == len(values):  # no majority
                     differing.append(f"{name} differs between {ranks_text(odd)} (no majority)")
                 else:
-                    differing.append(f"{name} differs on {ranks_text(odd)} ({ranks_text(groups[0][1])} "
-                                     f"{'agrees' if len(groups[0][1]) == 1 else 'agree'})")
+                    differing.append(
+                        f"{name} differs on {ranks_text(odd)} ({ranks_text(groups[0][1])} "
+                        f"{'agrees' if len(groups[0][1]) == 1 else 'agree'})"
+                    )
                 culprits.update(odd)
         if differing:
             reason = "parameters are not identical across replicas: " + "; ".join(_first(differing))
-            _fail(self.comm.rank, f"of parameter hashes at step {step}", reason, sorted(culprits),
-                  f"parameters are not identical across replicas at step {step}: " + "; ".join(_first(differing)))
+            _fail(
+                self.comm.rank,
+                f"of parameter hashes at step {step}",
+                reason,
+                sorted(culprits),
+                f"parameters are not identical across replicas at step {step}: " + "; ".join(_first(differing)),
+            )
         return hashlib.blake2b("".join(digests).encode(), digest_size=16).hexdigest()

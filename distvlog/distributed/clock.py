@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..logger import SINK
-from ..logger import now_us
+from ..logger import SINK, now_us
 
 if TYPE_CHECKING:
     from mpi4py import MPI

@@ -41,16 +41,16 @@ from typing import Any
 import numpy as np
 
 from .. import logger as dlog
-from ..checksum import checksum
-from ..format import ALLREDUCE_BEGIN, ALLREDUCE_END, ALLREDUCE_PARAM, PARAMETER_LAYOUT, PARAMETERS
 from ..autograd import Tensor, is_grad_enabled
 from ..autograd.engine import queue_callback
+from ..checksum import checksum
+from ..format import ALLREDUCE_BEGIN, ALLREDUCE_END, ALLREDUCE_PARAM, PARAMETER_LAYOUT, PARAMETERS
 from ..logger import env_boolean, read_env
 from . import comm as comm_mod
 from .buckets import Bucket, make_buckets
 from .checks import Checks, DataParallelError, Note, agree, nonfinite_text
 
-_log = dlog.get_logger("distvlog.dist.parallel")
+_log = dlog.get_logger("distvlog.distributed.parallel")
 MB = 1 << 20
 
 __all__ = ["DataParallel", "DataParallelError"]
@@ -78,15 +78,22 @@ def check_finalize() -> None:
 
 def _check_arguments(comm_buffer_size: float, check_every: int, digest_every: int) -> None:
     """Bad arguments are a one-line error at construction, not a ZeroDivisionError steps later."""
-    if (isinstance(comm_buffer_size, bool) or not isinstance(comm_buffer_size, numbers.Real)
-            or not 0 < comm_buffer_size < math.inf):
+    if (
+        isinstance(comm_buffer_size, bool)
+        or not isinstance(comm_buffer_size, numbers.Real)
+        or not 0 < comm_buffer_size < math.inf
+    ):
         raise ValueError(f"DataParallel: comm_buffer_size must be a positive number of MB, got {comm_buffer_size!r}")
     if isinstance(check_every, bool) or not isinstance(check_every, numbers.Integral) or check_every < 1:
-        raise ValueError(f"DataParallel: check_every must be an integer >= 1 (steps between parameter hash "
-                         f"checks), got {check_every!r}")
+        raise ValueError(
+            f"DataParallel: check_every must be an integer >= 1 (steps between parameter hash "
+            f"checks), got {check_every!r}"
+        )
     if isinstance(digest_every, bool) or not isinstance(digest_every, numbers.Integral) or digest_every < 1:
-        raise ValueError(f"DataParallel: digest_every must be an integer >= 1 (steps between logged parameter "
-                         f"digests), got {digest_every!r}")
+        raise ValueError(
+            f"DataParallel: digest_every must be an integer >= 1 (steps between logged parameter "
+            f"digests), got {digest_every!r}"
+        )
 
 
 class _Reduction:
@@ -107,8 +114,16 @@ class DataParallel:
     digests (>= 1; at verbosity >= 1). Collective: construct it on every rank, with the same model.
     """
 
-    def __init__(self, layers: Any, comm_buffer_size: float = 25, *, overlap: bool = False,
-                 debug: bool | None = None, check_every: int = 10, digest_every: int = 1) -> None:
+    def __init__(
+        self,
+        layers: Any,
+        comm_buffer_size: float = 25,
+        *,
+        overlap: bool = False,
+        debug: bool | None = None,
+        check_every: int = 10,
+        digest_every: int = 1,
+    ) -> None:
         _check_arguments(comm_buffer_size, check_every, digest_every)
         self._layers = layers
         self.params: list[Tensor] = list(layers.parameters())  # frozen ones too: replicas must agree on all
@@ -132,8 +147,12 @@ class DataParallel:
             for i, param in enumerate(bucket.params):
                 param.register_post_accumulate_grad_hook(self._hook(bucket, i))
         index = {id(p): i for i, p in enumerate(self.params)}
-        _log.vlog(1, PARAMETER_LAYOUT, names=[p.name for p in self.params],
-                  buckets=[[index[id(p)] for p in bucket.params] for bucket in self.buckets])
+        _log.vlog(
+            1,
+            PARAMETER_LAYOUT,
+            names=[p.name for p in self.params],
+            buckets=[[index[id(p)] for p in bucket.params] for bucket in self.buckets],
+        )
         _live.add(self)
 
     # -- the wrapped model -------------------------------------------------------------------------
@@ -206,6 +225,7 @@ class DataParallel:
                 queue_callback(self._finish)
             if self.overlap:
                 self._deliver(reduction, bucket, i, param.grad.numpy())
+
         return on_accumulated
 
     def _deliver(self, reduction: _Reduction, bucket: Bucket, i: int, grad: np.ndarray) -> None:
@@ -216,8 +236,9 @@ class DataParallel:
             flat = reduction.flats[bucket.index] = bucket.buffer()
         bucket.put(flat, i, grad)
         reduction.delivered[bucket.index].add(i)
-        while (reduction.launched < len(self.buckets) and len(reduction.delivered[reduction.launched])
-               == len(self.buckets[reduction.launched].params)):
+        while reduction.launched < len(self.buckets) and len(reduction.delivered[reduction.launched]) == len(
+            self.buckets[reduction.launched].params
+        ):
             self._launch(reduction, self.buckets[reduction.launched])
 
     def _launch(self, reduction: _Reduction, bucket: Bucket) -> None:
@@ -233,8 +254,15 @@ class DataParallel:
             self._checks.before(f"allreduce of bucket {bucket.index}", self.step, bad)
         if _log.vlog_is_on(1):
             local = bucket.gradients(flat)
-            _log.vlog(1, ALLREDUCE_BEGIN, step=self.step, bucket=bucket.index, bytes=bucket.nbytes,
-                      checksum=checksum(local), norm=_norm(local))
+            _log.vlog(
+                1,
+                ALLREDUCE_BEGIN,
+                step=self.step,
+                bucket=bucket.index,
+                bytes=bucket.nbytes,
+                checksum=checksum(local),
+                norm=_norm(local),
+            )
         if self.overlap:
             reduction.requests[bucket.index] = self.comm.Iallreduce(MPI.IN_PLACE, flat, MPI.SUM)
         else:
@@ -259,12 +287,24 @@ class DataParallel:
         gradients = bucket.gradients(flat)
         gradients /= self.world_size
         if _log.vlog_is_on(1):
-            _log.vlog(1, ALLREDUCE_END, step=self.step, bucket=bucket.index, checksum=checksum(gradients),
-                      wait_us=round(waited_s * 1e6))
+            _log.vlog(
+                1,
+                ALLREDUCE_END,
+                step=self.step,
+                bucket=bucket.index,
+                checksum=checksum(gradients),
+                wait_us=round(waited_s * 1e6),
+            )
             if _log.vlog_is_on(2):
                 for i, param in enumerate(bucket.params):
-                    _log.vlog(2, ALLREDUCE_PARAM, step=self.step, bucket=bucket.index, param=param.name,
-                              checksum=checksum(bucket.slot(flat, i)))
+                    _log.vlog(
+                        2,
+                        ALLREDUCE_PARAM,
+                        step=self.step,
+                        bucket=bucket.index,
+                        param=param.name,
+                        checksum=checksum(bucket.slot(flat, i)),
+                    )
         bucket.unpack(flat)
 
     def _abandon_reduction(self) -> None:

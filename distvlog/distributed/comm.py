@@ -56,7 +56,8 @@ def _check_launch() -> None:
             raise InputError(
                 f"launched by {launcher} as rank {rank} of {size}, but mpi4py loaded "
                 f"{library_name(MPI.Get_library_version())}{_libmpi_paths()}, whose COMM_WORLD has 1 rank: run "
-                "the job with that MPI's mpirun, or set MPI4PY_LIBMPI to the launcher's libmpi")
+                "the job with that MPI's mpirun, or set MPI4PY_LIBMPI to the launcher's libmpi"
+            )
 
 
 def _libmpi_paths() -> str:
