@@ -1,17 +1,11 @@
 """Autograd on numpy with Paddle's eager-mode names: Tensor, GradNode, the backward engine, guards."""
 
-from . import engine, graphviz, nodelog
+from . import engine, graphviz, nodelog, ops
 from .creation import full, normal, ones, ones_like, rand, randn, seed, to_tensor, uniform, zeros, zeros_like
 from .engine import BackwardError, backward, grad
 from .flags import get_flags, set_flags
-from .guards import (
-    backward_vlog_guard,
-    capture_backward_subgraph_guard,
-    capture_forward_subgraph_guard,
-    capture_fwd_graph_guard,
-    is_grad_enabled,
-    no_grad,
-)
+from .graphviz import capture_backward_subgraph_guard, capture_forward_subgraph_guard, capture_fwd_graph_guard
+from .guards import backward_vlog_guard, is_grad_enabled, no_grad
 from .node import AccumulationNode, GradNode
 from .ops import (
     add,
@@ -56,8 +50,13 @@ from .ops import (
 )
 from .tensor import Tensor
 
-# What watches every backward pass, in this order: the node log, then the subgraph captures.
+# What watches every backward pass, in this order: the node log, then the subgraph captures and graph dumps.
 engine.PASS_OBSERVERS += [nodelog.observe_pass, graphviz.observe_pass]
+
+# Tensor's arithmetic and op methods come from the op table, its backward() from the engine: both build on Tensor.
+for _name, _method in {**ops.TENSOR_METHODS, "backward": engine.tensor_backward}.items():
+    setattr(Tensor, _name, _method)
+del _name, _method
 
 __all__ = [
     "AccumulationNode",

@@ -12,7 +12,7 @@ from ..logger import PACKAGE_DIR, get_logger, vlog_rules
 from . import flags
 from .guards import FORWARD_CAPTURES, STATE
 from .node import GradNode, Site, next_seq
-from .opdef import OpDef
+from .opdef import CAST, OpDef
 from .tensor import Tensor
 
 _log = get_logger("distvlog.autograd.ops")
@@ -68,9 +68,7 @@ def _promote(op: OpDef, args: tuple) -> tuple:
     site = _user_site(False)
     _log.warning(PROMOTION_WARNING, file=site.filename, line=site.lineno)
     target = np.result_type(*dtypes)
-    from .ops import cast
-
-    return tuple(cast(a, target) if isinstance(a, Tensor) and a._data.dtype != target else a for a in args)
+    return tuple(_cast(a, target) if isinstance(a, Tensor) and a._data.dtype != target else a for a in args)
 
 
 def _record(
@@ -179,6 +177,11 @@ def apply(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     return tensor
 
 
+def _cast(x: Tensor, dtype: np.dtype) -> Tensor:
+    """A recorded cast, as `x.astype(dtype)` would be: promotion casts get their own GradNode."""
+    return apply(CAST, (x,), {"dtype": dtype})
+
+
 def apply_inplace(op: OpDef, args: tuple, attrs: dict[str, Any] = _NO_ATTRS) -> Tensor:
     """Run `op` and write its result into its first input, a tensor (Paddle's in-place APIs, `x.add_(y)`):
     x keeps its dtype and shape (other operands are cast to its dtype) and its version goes up, so a
@@ -237,9 +240,7 @@ def _record_inplace(op: OpDef, args: tuple, attrs: dict[str, Any]) -> Tensor:
     dtype = x._data.dtype
     if dtype.kind != "f":
         raise TypeError(f"{op.name}_: {x.name} is {dtype}, which cannot take the gradient its operand needs")
-    from .ops import cast
-
-    args = (x, *(cast(a, dtype) if isinstance(a, Tensor) and a._data.dtype != dtype else a for a in args[1:]))
+    args = (x, *(_cast(a, dtype) if isinstance(a, Tensor) and a._data.dtype != dtype else a for a in args[1:]))
     arrays, edges = [], []
     for a, differentiable in zip(args, op.differentiable):
         if isinstance(a, Tensor):

@@ -89,6 +89,7 @@ class GraphTask:
         "observers",
         "every_node",
         "callbacks",
+        "dump_path",
     )
 
     def __init__(
@@ -96,8 +97,10 @@ class GraphTask:
         roots: dict[GradNode, np.ndarray],
         retain_graph: bool,
         captured: dict[GradNode, np.ndarray | None] | None = None,
+        dump_path: str | Path | None = None,
     ) -> None:
         self.holders = dict(roots)
+        self.dump_path = dump_path  # `dump_backward_graph_path`: drawn by an observer (graphviz), not here
         self.retain_graph = retain_graph
         self.accumulate = captured is None  # grad() leaves `.grad` alone
         self.captured = captured or {}
@@ -385,16 +388,6 @@ def _root_grads(tensors: Sequence[Tensor], grad_tensors: Sequence[Tensor | None]
     return roots
 
 
-def _dumped(task: GraphTask, path: str | Path | None) -> GraphTask:
-    """The task, watched by a dump of its whole graph when `dump_backward_graph_path` was given (the
-    engine itself draws nothing: graphviz is imported only then)."""
-    if path is not None:
-        from .graphviz import BackwardDump
-
-        task.observers = (*task.observers, BackwardDump(path, task))
-    return task
-
-
 def backward(
     tensors: Tensor | Sequence[Tensor],
     grad_tensors: Tensor | Sequence[Tensor | None] | None = None,
@@ -406,7 +399,19 @@ def backward(
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     if isinstance(grad_tensors, Tensor):
         grad_tensors = [grad_tensors]
-    _execute(_dumped(GraphTask(_root_grads(tensors, grad_tensors), retain_graph), dump_backward_graph_path))
+    _execute(GraphTask(_root_grads(tensors, grad_tensors), retain_graph, dump_path=dump_backward_graph_path))
+
+
+def tensor_backward(
+    self: Tensor,
+    grad_tensor: Tensor | None = None,
+    retain_graph: bool = False,
+    dump_backward_graph_path: str | Path | None = None,
+) -> None:
+    """`Tensor.backward`: accumulate this tensor's gradient into every leaf it depends on; with
+    `dump_backward_graph_path` (a directory), write the graph of this backward there (Graphviz, SVG, forward
+    call stacks)."""
+    backward([self], None if grad_tensor is None else [grad_tensor], retain_graph, dump_backward_graph_path)
 
 
 def grad(
@@ -437,7 +442,9 @@ def grad(
         if t.stop_gradient:
             raise RuntimeError(f"grad: input {i} ({t.name}) has stop_gradient=True")
         targets.append(t._grad_node())
-    task = GraphTask(_root_grads(outputs, grad_outputs), bool(retain_graph), dict.fromkeys(targets))
+    task = GraphTask(
+        _root_grads(outputs, grad_outputs), bool(retain_graph), dict.fromkeys(targets), dump_backward_graph_path
+    )
     if not allow_unused:  # before anything runs: the graph stays whole for a retry with allow_unused=True
         for i, node in enumerate(targets):
             if node not in task.dependencies:
@@ -445,5 +452,5 @@ def grad(
                     f"grad: input {i} ({inputs[i].name}) is not reachable from the outputs; "
                     "pass allow_unused=True to get None for it"
                 )
-    _execute(_dumped(task, dump_backward_graph_path))
+    _execute(task)
     return [None if g is None else Tensor(_writable(g)) for g in map(task.captured.get, targets)]

@@ -19,13 +19,14 @@ threads and ranks never overwrite one another.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
 import subprocess
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,11 +35,12 @@ import numpy as np
 from ..errors import InputError
 from ..logger import IDENTITY, get_logger
 from .engine import GraphTask, Observer
+from .guards import FORWARD_CAPTURES, Setting
 from .node import AccumulationNode, GradNode
+from .tensor import Tensor
 
 if TYPE_CHECKING:
     from .opdef import OpDef
-    from .tensor import Tensor
 
 _log = get_logger("distvlog.autograd.graphviz")
 _dumps = itertools.count(1)
@@ -233,11 +235,11 @@ class _Captures(Observer):
 
 
 def observe_pass(task: GraphTask, tagged: list[GradNode]) -> tuple[Observer, ...]:
-    """The pass's captures, when a node it runs was created inside a capture guard whose dump is not written."""
-    if not tagged:
-        return ()
+    """What this module draws of the pass: its whole graph when the call asked (`dump_backward_graph_path`),
+    and its captures, when a node it runs was created inside a capture guard whose dump is not written."""
+    observers: tuple[Observer, ...] = () if task.dump_path is None else (BackwardDump(task.dump_path, task),)
     captures = list({id(n.capture): n.capture for n in tagged if n.capture is not None and not n.capture.done}.values())
-    return (_Captures(task, captures),) if captures else ()
+    return (*observers, _Captures(task, captures)) if captures else observers
 
 
 class BackwardDump(Observer):
@@ -272,8 +274,6 @@ class ForwardCapture:
     def record(self, op: OpDef, args: tuple, out: Tensor, inplace: bool = False) -> None:
         """One op call: its unique name (and number operands), its tensor inputs keyed by identity and
         version at the call, its output (in place: the first input, at its next version)."""
-        from .tensor import Tensor
-
         node = out.grad_fn
         api = f"{op.name}{node.seq}" if node is not None and node.op is op else f"{op.name} (no grad)"
         rows, inputs = [api + (" (in place)" if inplace else "")], []
@@ -317,3 +317,30 @@ class ForwardCapture:
                 label = _label(out.name, f"{out.dtype}{out.shape}")
                 lines += [f"  out{i} [label={label}, shape=ellipse, style=dashed];", f"  op{i} -> out{i};"]
         return "\n".join(lines + ["}", ""])
+
+
+@contextlib.contextmanager
+def capture_backward_subgraph_guard(dump_dir_path: str | Path, need_dump_grad_tensors: bool = False) -> Iterator[None]:
+    """Capture the GradNodes created inside; the next backward that runs them writes the subgraph to
+    `dump_dir_path` (Graphviz files, forward call stacks and, when asked, the gradients)."""
+    with Setting(
+        "capture", Capture(dump_dir(dump_dir_path, "capture_backward_subgraph_guard"), need_dump_grad_tensors)
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def capture_fwd_graph_guard(dump_path: str | Path) -> Iterator[None]:
+    """Draw the forward ops this thread runs inside, when the guard closes (also after an exception):
+    `./debug_info/graph` writes `./debug_info/<timestamp>-<n>-rank<R>_graph.dot` and its SVG."""
+    capture = ForwardCapture(dump_path)
+    FORWARD_CAPTURES.add(1)
+    try:
+        with Setting("forward_capture", capture):
+            yield
+    finally:
+        FORWARD_CAPTURES.add(-1)
+        capture.write()
+
+
+capture_forward_subgraph_guard = capture_fwd_graph_guard  # Paddle 3.3's name for it

@@ -1,5 +1,5 @@
 """Thread-local autograd state: grad mode, the backward-vlog tag, the backward subgraph and forward graph
-captures.
+captures (whose guards live with what they draw, in `graphviz`).
 
 Each forward op reads this state once, when it creates its GradNode, and stores what it found on the node
 itself; the backward engine reads only the node. So a guard affects exactly the nodes its own thread
@@ -11,11 +11,19 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .graphviz import Capture, ForwardCapture
+
+class BackwardCapture(Protocol):
+    """An open capture_backward_subgraph_guard as the nodes made inside keep it (`graphviz.Capture`)."""
+
+    done: bool
+
+
+class OpRecorder(Protocol):
+    """An open capture_fwd_graph_guard as the ops run inside see it (`graphviz.OpRecorder`)."""
+
+    def record(self, op: Any, args: tuple, out: Any, inplace: bool = False) -> None: ...
 
 
 class _State(threading.local):
@@ -24,13 +32,13 @@ class _State(threading.local):
 
     grad_enabled: bool = True
     vlog_tag: int | None = None  # the innermost open backward_vlog_guard's level
-    capture: Capture | None = None  # the innermost open capture_backward_subgraph_guard
-    forward_capture: ForwardCapture | None = None  # the innermost open capture_fwd_graph_guard
+    capture: BackwardCapture | None = None  # the innermost open capture_backward_subgraph_guard
+    forward_capture: OpRecorder | None = None  # the innermost open capture_fwd_graph_guard
 
     def __init__(self) -> None:
         self.open: dict[str, list[list]] = {"grad_enabled": [], "vlog_tag": [], "capture": [], "forward_capture": []}
 
-    def forward_captures(self) -> list[ForwardCapture]:
+    def forward_captures(self) -> list[OpRecorder]:
         """Every open capture_fwd_graph_guard of this thread: an op run in a nested one is in each."""
         return [entry[0] for entry in self.open["forward_capture"]]
 
@@ -39,7 +47,7 @@ STATE = _State()
 _UNSET = {"grad_enabled": True, "vlog_tag": None, "capture": None, "forward_capture": None}
 
 
-class _Setting(contextlib.ContextDecorator):
+class Setting(contextlib.ContextDecorator):
     """A guard setting `name` for the thread that opens it. Guards form a stack, and closing one removes it
     from the stack wherever it is: a generator suspended inside a guard and closed after a guard opened
     later (or in another thread) leaves the setting to the guards still open, not to a value it saw at
@@ -48,8 +56,8 @@ class _Setting(contextlib.ContextDecorator):
     def __init__(self, name: str, value: object) -> None:
         self.name, self.value = name, value
 
-    def _recreate_cm(self) -> _Setting:  # as a decorator: each call its own guard (calls may nest or overlap)
-        return _Setting(self.name, self.value)
+    def _recreate_cm(self) -> Setting:  # as a decorator: each call its own guard (calls may nest or overlap)
+        return Setting(self.name, self.value)
 
     def __enter__(self) -> None:
         self.state = state = STATE.__dict__  # this thread's, also when the guard is closed from another thread
@@ -77,29 +85,17 @@ def _check_level(level: object) -> int:
 def backward_vlog_guard(level: int) -> Iterator[None]:
     """Tag the GradNodes (and leaf tensors) this thread creates inside with `level`: when backward runs
     them, everything they print is logged at exactly that level, whatever the global verbosity."""
-    with _Setting("vlog_tag", _check_level(level)):
+    with Setting("vlog_tag", _check_level(level)):
         yield
 
 
-def no_grad() -> _Setting:
+def no_grad() -> Setting:
     """Run ops without recording GradNodes (evaluation, optimizer updates); `@no_grad()` on a function too."""
-    return _Setting("grad_enabled", False)
+    return Setting("grad_enabled", False)
 
 
 def is_grad_enabled() -> bool:
     return STATE.grad_enabled
-
-
-@contextlib.contextmanager
-def capture_backward_subgraph_guard(dump_dir_path: str | Path, need_dump_grad_tensors: bool = False) -> Iterator[None]:
-    """Capture the GradNodes created inside; the next backward that runs them writes the subgraph to
-    `dump_dir_path` (Graphviz files, forward call stacks and, when asked, the gradients)."""
-    from .graphviz import Capture, dump_dir
-
-    with _Setting(
-        "capture", Capture(dump_dir(dump_dir_path, "capture_backward_subgraph_guard"), need_dump_grad_tensors)
-    ):
-        yield
 
 
 class _OpenForwardCaptures:
@@ -116,22 +112,3 @@ class _OpenForwardCaptures:
 
 
 FORWARD_CAPTURES = _OpenForwardCaptures()
-
-
-@contextlib.contextmanager
-def capture_fwd_graph_guard(dump_path: str | Path) -> Iterator[None]:
-    """Draw the forward ops this thread runs inside, when the guard closes (also after an exception):
-    `./debug_info/graph` writes `./debug_info/<timestamp>-<n>-rank<R>_graph.dot` and its SVG."""
-    from .graphviz import ForwardCapture
-
-    capture = ForwardCapture(dump_path)
-    FORWARD_CAPTURES.add(1)
-    try:
-        with _Setting("forward_capture", capture):
-            yield
-    finally:
-        FORWARD_CAPTURES.add(-1)
-        capture.write()
-
-
-capture_forward_subgraph_guard = capture_fwd_graph_guard  # Paddle 3.3's name for it

@@ -9,7 +9,7 @@ import traceback
 import weakref
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -17,8 +17,18 @@ from ..logger import code_site
 from .opdef import OpDef
 
 if TYPE_CHECKING:
-    from .graphviz import Capture
-    from .tensor import Tensor
+    from .guards import BackwardCapture
+
+
+class Leaf(Protocol):
+    """What a node reads of a tensor (`tensor.Tensor`, which is built on nodes, not the reverse)."""
+
+    name: str
+    _data: np.ndarray
+    _node: GradNode | None
+    _stop_gradient: bool
+    _vlog_tag: int | None
+
 
 _counters: dict[str, itertools.count] = {}
 
@@ -156,9 +166,9 @@ class GradNode(NodeView):
         attrs: dict[str, Any],
         out: np.ndarray,
         vlog_level: int | None,
-        capture: Capture | None,
+        capture: BackwardCapture | None,
         site: Site | None,
-        versions: tuple[tuple[list[int], int, Tensor | None], ...] = (),
+        versions: tuple[tuple[list[int], int, Leaf | None], ...] = (),
     ) -> None:
         self.op = op
         self.seq = seq
@@ -206,7 +216,7 @@ class AccumulationNode(GradNode):
 
     __slots__ = ("leaf", "producer", "post_hooks", "lock")
 
-    def __init__(self, leaf: Tensor) -> None:
+    def __init__(self, leaf: Leaf) -> None:
         data = leaf._data
         super().__init__(ACCUMULATION, 0, (), (), {}, data, leaf._vlog_tag, None, None)
         self.leaf = weakref.ref(leaf)

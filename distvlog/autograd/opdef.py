@@ -94,3 +94,8 @@ def op(
         differentiable,
         inplace,
     )
+
+
+# The one op the dispatcher inserts by itself (dtype promotion), so it is defined below the dispatcher, not in
+# the op table it serves.
+CAST = op("cast", "x", lambda x, dtype: x.astype(dtype), lambda g, dtype: (g,))

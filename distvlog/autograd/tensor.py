@@ -142,15 +142,6 @@ class Tensor:
                 node = self._accum
         return node
 
-    def backward(
-        self, grad_tensor: Tensor | None = None, retain_graph: bool = False, dump_backward_graph_path: Any = None
-    ) -> None:
-        """Accumulate this tensor's gradient into every leaf it depends on; with `dump_backward_graph_path`
-        (a directory), write the graph of this backward there (Graphviz, SVG, forward call stacks)."""
-        from .engine import backward
-
-        backward([self], None if grad_tensor is None else [grad_tensor], retain_graph, dump_backward_graph_path)
-
     def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> HookHandle:
         """Call `hook(grad)` when this tensor's gradient is complete; a returned tensor replaces it."""
         if self.stop_gradient:
@@ -187,9 +178,6 @@ class Tensor:
             self.grad = None
 
     clear_grad = clear_gradient
-
-    def astype(self, dtype: Any) -> Tensor:
-        return ops.cast(self, dtype)
 
     # -- versions and in-place changes -------------------------------------------------------------
     @property
@@ -246,141 +234,8 @@ class Tensor:
         self._bump_version()
         return self
 
-    def add_(self, y: Any) -> Tensor:
-        return ops.add_(self, y)
-
-    def subtract_(self, y: Any) -> Tensor:
-        return ops.subtract_(self, y)
-
-    def multiply_(self, y: Any) -> Tensor:
-        return ops.multiply_(self, y)
-
-    def divide_(self, y: Any) -> Tensor:
-        return ops.divide_(self, y)
-
-    def pow_(self, y: Any) -> Tensor:
-        return ops.pow_(self, y)
-
-    def scale_(self, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True, act: Any = None) -> Tensor:
-        return ops.scale_(self, scale, bias, bias_after_scale, act)
-
-    def clip_(self, min: float | None = None, max: float | None = None) -> Tensor:
-        return ops.clip_(self, min, max)
-
-    def exp_(self) -> Tensor:
-        return ops.exp_(self)
-
-    def log_(self) -> Tensor:
-        return ops.log_(self)
-
-    def sqrt_(self) -> Tensor:
-        return ops.sqrt_(self)
-
-    def tanh_(self) -> Tensor:
-        return ops.tanh_(self)
-
-    def sin_(self) -> Tensor:
-        return ops.sin_(self)
-
-    def cos_(self) -> Tensor:
-        return ops.cos_(self)
-
-    def fill_(self, value: float) -> Tensor:
-        return ops.fill_(self, value)
-
-    def zero_(self) -> Tensor:
-        return ops.zero_(self)
-
-    # -- operators and methods (the ops modules define them) -----------------------------------------
-    def __add__(self, other: Any) -> Tensor:
-        return ops.add(self, other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        return ops.add(other, self)
-
-    def __sub__(self, other: Any) -> Tensor:
-        return ops.subtract(self, other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        return ops.subtract(other, self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        return ops.multiply(self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return ops.multiply(other, self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return ops.divide(self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return ops.divide(other, self)
-
-    def __matmul__(self, other: Any) -> Tensor:
-        return ops.matmul(self, other)
-
-    def __rmatmul__(self, other: Any) -> Tensor:
-        return ops.matmul(other, self)
-
-    def __neg__(self) -> Tensor:
-        return ops.neg(self)
-
-    def __pow__(self, exponent: Any) -> Tensor:
-        return ops.pow(self, exponent)
-
-    def __rpow__(self, base: Any) -> Tensor:
-        return ops.pow(base, self)
-
-    def __getitem__(self, index: Any) -> Tensor:
-        return ops.getitem(self, index)
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        ops.setitem_(self, index, value)
-
-    def sum(self, axis: Any = None, keepdim: bool = False) -> Tensor:
-        return ops.sum(self, axis, keepdim)
-
-    def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
-        return ops.mean(self, axis, keepdim)
-
-    def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
-        return ops.max(self, axis, keepdim)
-
-    def reshape(self, shape: Any) -> Tensor:
-        return ops.reshape(self, shape)
-
-    def transpose(self, perm: Any) -> Tensor:
-        return ops.transpose(self, perm)
-
-    def matmul(self, other: Any) -> Tensor:
-        return ops.matmul(self, other)
-
-    def exp(self) -> Tensor:
-        return ops.exp(self)
-
-    def log(self) -> Tensor:
-        return ops.log(self)
-
-    def sin(self) -> Tensor:
-        return ops.sin(self)
-
-    def cos(self) -> Tensor:
-        return ops.cos(self)
-
-    def tanh(self) -> Tensor:
-        return ops.tanh(self)
-
-    def sqrt(self) -> Tensor:
-        return ops.sqrt(self)
-
-    def scale(self, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True, act: Any = None) -> Tensor:
-        return ops.scale(self, scale, bias, bias_after_scale, act)
-
-    def clip(self, min: float | None = None, max: float | None = None) -> Tensor:
-        return ops.clip(self, min, max)
-
-    def clone(self) -> Tensor:
-        return ops.clone(self)
+    # Arithmetic, in-place ops, `astype` and `backward` are bound onto Tensor by the autograd package
+    # (ops.TENSOR_METHODS, engine.tensor_backward): the ops and the engine build on Tensor, not the reverse.
 
 
 def tag_leaf(t: Tensor) -> Tensor:
@@ -393,6 +248,3 @@ def tag_leaf(t: Tensor) -> Tensor:
 def leaf(data: np.ndarray, stop_gradient: bool, api: str) -> Tensor:
     """A tensor made by a creation API: named like Paddle and tagged by an open backward_vlog_guard."""
     return tag_leaf(Tensor(data, stop_gradient, name=tensor_name(api, next_seq(api), data.dtype, data.shape)))
-
-
-from . import ops  # noqa: E402  (the ops modules build on Tensor)

@@ -188,7 +188,7 @@ def test_a_passs_observers_die_with_it_without_the_garbage_collector(monkeypatch
     gc.disable()
     try:
         y.sum().backward(dump_backward_graph_path=tmp_path / "dump")
-        assert len(alive) == 2, "the node log and the capture (the dump is not a factory's)"
-        assert [r() for r in alive] == [None, None]
+        assert len(alive) == 3, "the node log, the graph dump and the capture"
+        assert [r() for r in alive] == [None, None, None]
     finally:
         gc.enable()

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ...errors import refuse_unsupported
 from ..dispatch import apply, apply_inplace
-from ..opdef import OpDef
+from ..opdef import CAST, OpDef
 from ..tensor import Tensor
 from . import conv as _c
 from . import math as _m
@@ -85,7 +85,7 @@ def tanh(x: Tensor, name: str | None = None) -> Tensor:
 
 
 def cast(x: Tensor, dtype: Any) -> Tensor:
-    return apply(_m.CAST, (x,), {"dtype": np.dtype(dtype)})
+    return apply(CAST, (x,), {"dtype": np.dtype(dtype)})
 
 
 def sqrt(x: Tensor, name: str | None = None) -> Tensor:
@@ -498,3 +498,41 @@ def batch_norm(
         running_mean._bump_version()
         running_var._bump_version()
     return _named(out, name)
+
+
+def _reflected(op: Callable[[Any, Any], Tensor]) -> Callable[[Tensor, Any], Tensor]:
+    def method(self: Tensor, other: Any) -> Tensor:
+        return op(other, self)
+
+    method.__name__ = method.__qualname__ = f"r{op.__name__}"
+    return method
+
+
+# Tensor's operators and op methods, each one of the functions above with the tensor as its first argument. The
+# autograd package binds them onto Tensor: the ops are built on Tensor, so tensor.py cannot import them.
+TENSOR_METHODS: dict[str, Callable[..., Any]] = {
+    "__add__": add,
+    "__radd__": _reflected(add),
+    "__sub__": subtract,
+    "__rsub__": _reflected(subtract),
+    "__mul__": multiply,
+    "__rmul__": _reflected(multiply),
+    "__truediv__": divide,
+    "__rtruediv__": _reflected(divide),
+    "__matmul__": matmul,
+    "__rmatmul__": _reflected(matmul),
+    "__pow__": pow,
+    "__rpow__": _reflected(pow),
+    "__neg__": neg,
+    "__getitem__": getitem,
+    "__setitem__": setitem_,
+    "astype": cast,
+    **{
+        method.__name__: method
+        for method in (
+            *(add_, subtract_, multiply_, divide_, pow_, scale_, clip_, fill_, zero_),
+            *(exp_, log_, sqrt_, tanh_, sin_, cos_, exp, log, sqrt, tanh, sin, cos),
+            *(sum, mean, max, reshape, transpose, matmul, scale, clip, clone),
+        )
+    },
+}

@@ -89,7 +89,6 @@ LOG = op("log", "x", np.log, lambda g, x: (g / x,), saves="x")
 SIN = op("sin", "x", np.sin, lambda g, x: (g * np.cos(x),), saves="x")
 COS = op("cos", "x", np.cos, lambda g, x: (-g * np.sin(x),), saves="x")
 TANH = op("tanh", "x", np.tanh, lambda g, out: (g * (1 - out * out),), saves="out")
-CAST = op("cast", "x", lambda x, dtype: x.astype(dtype), lambda g, dtype: (g,))
 SQRT = op("sqrt", "x", np.sqrt, lambda g, out: (g * 0.5 / out,), saves="out")
 SCALE = op("scale", "x", _scale, lambda g, scale, bias, bias_after_scale: (g * scale,), inplace=_scale_into)
 CLIP = op(

@@ -20,9 +20,10 @@ from ._bytes import restamp, take
 from ._files import parse_int_list, resolve_inputs
 from ._header import Clock
 from ._notes import Warn, after_reading, ignore, say_runs_read, skipped_text, total, warner
+from ._open import add_input_arguments, open_inputs, open_sources, read_records
 from ._record import Record, from_glog, from_json
 from ._scan import PAD
-from ._source import Source, add_input_arguments, open_inputs, open_sources, read_records
+from ._source import Source
 
 __all__ = [
     "Arena",

@@ -10,15 +10,13 @@ import bisect
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from . import _record
 from ._arena import Slot
-
-if TYPE_CHECKING:
-    from ._source import Source
 
 
 @dataclass
@@ -44,9 +42,16 @@ class Counts:
         self.damage += other.damage
 
 
+class Origin(Protocol):
+    """What a block knows of the file it came from (a `Source`, which is built on blocks)."""
+
+    path: Path
+    meta: dict[str, Any] | None
+
+
 @dataclass(eq=False)
 class Block:
-    source: Source
+    source: Origin
     slot: Slot
     start: np.ndarray  # record starts in slot.buffer, ascending (file order)
     end: np.ndarray  # record ends (after the last '\n')
