@@ -885,13 +885,31 @@ def unrenderable(value: Any, exc: BaseException) -> str:
     return f"<unrenderable {type(value).__name__}: {type(exc).__name__}>"
 
 
-_RECORD_START = re.compile(rb"^[IWEF][0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6} ", re.M)
+RECORD_START = re.compile(rb"[IWEF][0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6} ")  # a line that starts a record (2.2)
+_RECORD_STARTS = re.compile(b"^" + RECORD_START.pattern, re.M)
+# What a reader calls the lines that are not part of a whole record (5), in its counts of skipped lines.
+TORN = "in torn records"
+STRAY = "not part of a record"
 
 
 def count_records(data: bytes, fmt: str) -> int:
     """How many records `data` (whole records as a writer made them) holds: its lines that start a record in
     glog text (2.2: a continuation line never looks like one), its lines in JSON lines."""
-    return data.count(b"\n") if fmt == "jsonl" else len(_RECORD_START.findall(data))
+    return data.count(b"\n") if fmt == "jsonl" else len(_RECORD_STARTS.findall(data))
+
+
+def continuation_end(data: bytes, stop: int, end: int, count: int) -> tuple[int, bool | None]:
+    """Where a glog record's `count` continuation lines, from `stop` (the end of its first line), end in
+    data[:end], and whether the record is whole (5): None while a line is still missing, False when a record
+    starts before the count is complete (it is torn, and the next record starts at the position returned)."""
+    for _ in range(count):
+        more = data.find(b"\n", stop, end)
+        if more < 0:
+            return stop, None
+        if RECORD_START.match(data, stop):
+            return stop, False
+        stop = more + 1
+    return stop, True
 
 
 def record_text(prefix: str, message: str, fields: str) -> str:

@@ -49,7 +49,6 @@ NEVER, ALWAYS = -(1 << 62), 1 << 62  # times before and after any record
 HEAD_BYTES = 64 << 10  # the header and meta record are in the first bytes
 GRACE_S = 0.5  # how long a rank's pid must stay gone before its file is done
 CHECK_S = 1.0  # how often to look for new files, re-read clock slots and ask whether a rank's pid lives
-_START = re.compile(rb"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} ")  # a line that starts a record (2.2)
 _END = fmt.own_record_pattern(fmt.END_RECORD)
 # How a rank died, appended to its file by `distvlog launch`'s parent of the rank (format 2.8).
 _DIED = re.compile(
@@ -184,11 +183,11 @@ class _Tail:
         """Append the whole records of data[pos:end] to `out`; returns where the first one not yet whole
         starts (when `cut`, padding follows: what is left there is torn)."""
         while (nl := data.find(b"\n", pos, end)) >= 0:
-            if self.kind == "jsonl" or not _START.match(data, pos):
+            if self.kind == "jsonl" or not fmt.RECORD_START.match(data, pos):
                 self._take_line(data[pos : nl + 1], out)
                 pos = nl + 1
                 continue
-            stop, whole = _continued(data, nl + 1, end, fmt.declared_count(data[pos:nl]))
+            stop, whole = fmt.continuation_end(data, nl + 1, end, fmt.declared_count(data[pos:nl]))
             if whole is None:  # short of its count: wait for the rest
                 break
             if whole:
@@ -306,20 +305,6 @@ class _Tail:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-def _continued(data: bytes, stop: int, end: int, count: int) -> tuple[int, bool | None]:
-    """Where a record's `count` continuation lines, from `stop`, end, and whether the record is whole:
-    None while a line is still missing, False when a record starts before the count is complete (a crash
-    cut it: it is torn, and the next record starts at the position returned)."""
-    for _ in range(count):
-        more = data.find(b"\n", stop, end)
-        if more < 0:
-            return stop, None
-        if _START.match(data, stop):
-            return stop, False
-        stop = more + 1
-    return stop, True
 
 
 def _alive(pid: int) -> bool:

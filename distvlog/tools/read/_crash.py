@@ -9,7 +9,6 @@ from its first line to the end of the file is read as that record, rendered as t
 from __future__ import annotations
 
 import os
-import re
 
 from ... import format as fmt
 
@@ -17,8 +16,6 @@ CRASH_START = b"Fatal Python error: "
 _TAIL = 64 << 10  # where the stacks are looked for: the file's last bytes (faulthandler prints a few KB)
 _BACK = 1 << 18  # what is read at a time, back over the reserve, to the last record before it
 _RESERVE_READS = 8  # up to 2 MiB of reserve (a window made for a larger record may be larger: not found)
-_GLOG_START = re.compile(rb"([IWEF])(\d{4} \d\d:\d\d:\d\d\.\d{6}) (\d+) ")
-_RANK_TAG = re.compile(rb"\] \[rank (\d+)\] ")
 
 
 def find(fd: int, size: int) -> tuple[int, bytes] | None:
@@ -60,9 +57,8 @@ def _render(before: bytes, text: bytes) -> bytes | None:
                 own.update({fmt.SEVERITY: "F", fmt.FILE: fmt.OWN_FILE, fmt.LINE: fmt.OWN_LINE, fmt.EVENT: message})
                 return fmt.dumps(own) + b"\n"
             continue
-        start, rank = _GLOG_START.match(line), _RANK_TAG.search(line)
-        if start and rank:
-            stamp, tid = start.group(2).decode(), int(start.group(3))
-            prefix = fmt.prefix_text("F", stamp, tid, fmt.OWN_FILE, fmt.OWN_LINE, int(rank.group(1)))
+        last = fmt.parse_glog(line.decode("utf-8", "replace")) if fmt.RECORD_START.match(line) else None
+        if last is not None and last.rank is not None:
+            prefix = fmt.prefix_text("F", last.stamp, last.tid, fmt.OWN_FILE, fmt.OWN_LINE, last.rank)
             return fmt.record_text(prefix, message, "").encode()
     return None

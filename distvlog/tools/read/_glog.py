@@ -37,8 +37,6 @@ MARK = b"\0\n"
 _COUNT = np.frombuffer(fmt.COUNT_TEXT.encode(), np.uint8)
 _COUNT_DIGITS = 10
 _COUNT_WINDOW = len(_COUNT) + _COUNT_DIGITS
-TORN = "in torn records"
-STRAY = "not part of a record"
 CUT_BEFORE = "cut short before the first record"
 TOO_LONG = "in records longer than 64 MiB or 262,144 lines"
 RECORD_CAP = 64 << 20  # a record's bytes (its lines are each at most the reader's line cap)
@@ -175,7 +173,7 @@ class GlogParser:
         ends = np.append(starts[1:], complete)  # after each line's "\n"
         rec = np.flatnonzero(ok)
         first = int(rec[0]) if len(rec) else len(starts)
-        lead = TOO_LONG if self.in_long_record else STRAY + " (before the first one)"
+        lead = TOO_LONG if self.in_long_record else fmt.STRAY + " (before the first one)"
         _count_before_first(data, starts[:first], ends[:first], lead, counts)
         self.in_long_record = self.in_long_record and not len(rec)
         carry_from = complete if eof else (int(starts[rec[-1]]) if len(rec) else complete)
@@ -278,9 +276,9 @@ def _exact(
         if not ok_l[i]:
             if what == "cut":  # a record whose start was cut
                 counts.torn += 1
-                counts.skipped[TORN] += 1
+                counts.skipped[fmt.TORN] += 1
             else:
-                counts.skipped[STRAY] += 1
+                counts.skipped[fmt.STRAY] += 1
             i += 1
             continue
         declared = 0 if what == "cut" else fmt.declared_count(data[starts_l[i] : ends_l[i] - 1].tobytes())
@@ -295,7 +293,7 @@ def _exact(
             torn = True
         if torn:
             counts.torn += 1
-            counts.skipped[TORN] += j - i
+            counts.skipped[fmt.TORN] += j - i
         else:
             kept_first.append(i)
             kept_end.append(j)

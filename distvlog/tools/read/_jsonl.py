@@ -16,7 +16,6 @@ import numpy as np
 
 from ... import format as fmt
 from ._block import Counts
-from ._glog import STRAY, TORN
 from ._scan import MAX_US, MIN_US, OUT_OF_RANGE, UNPLACED
 
 _PLACEHOLDER = "0" * len(fmt.STAMP)  # the timestamp, written afterwards by _bytes.restamp
@@ -49,7 +48,7 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
             for piece in cut:
                 if piece:
                     counts.torn += 1
-                    counts.skipped[TORN] += 1
+                    counts.skipped[fmt.TORN] += 1
             if not line:
                 continue
         if not line.strip():
@@ -59,9 +58,9 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
         if obj is None:
             if not whole:
                 counts.torn += 1
-                counts.skipped[TORN] += 1
+                counts.skipped[fmt.TORN] += 1
             else:
-                counts.skipped[STRAY + " (not a JSON object)"] += 1
+                counts.skipped[fmt.STRAY + " (not a JSON object)"] += 1
             continue
         if type(obj.get(fmt.TS)) is not int:
             counts.skipped["JSON without an integer ts"] += 1
