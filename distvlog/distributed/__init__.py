@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..format import CLOCK_END, CLOCK_START
-from ..logger import IDENTITY, SINK, configure, default_run_id, get_logger, unbind_context
+from ..logger import IDENTITY, SINK, configure, default_run_id, get_logger, log_dir, unbind_context
 from . import clock, comm
 from .parallel import DataParallel, DataParallelError, check_finalize
 
@@ -47,7 +47,7 @@ def agree_on_run(comm: Any, run_id: str | None, init_name: str) -> str:
         # Rank 0's file decides the run: a reused run id moves it on to <id>.1, and every rank follows it
         # there, whatever files an earlier job with that id (and another number of ranks) left behind.
         if SINK.path is None:
-            configure(run_id=run_id or SINK.run_id or default_run_id(comm.size))
+            configure(run_id=run_id or SINK.run_id or default_run_id(comm.size, SINK.root or log_dir()))
         SINK.open()
     shared = comm.bcast(SINK.run_id if comm.rank == 0 else None, root=0)
     if SINK.path is None:

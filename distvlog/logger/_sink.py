@@ -350,7 +350,7 @@ class RankFile:
         ident = IDENTITY
         ident.refresh_pid()
         root = self.root or _rundir.log_dir()
-        run_id = self.run_id or _rundir.default_run_id(ident.world_size)
+        run_id = self.run_id or _rundir.default_run_id(ident.world_size, root)
         stem = _format.rank_file_stem(ident.rank) + (f".{ident.pid}" if self._child else "")
         try:
             fd, path, rid = _rundir.create_rank_file(root, run_id, stem, self.renderer.suffix, ident.pid)
@@ -455,7 +455,7 @@ class RankFile:
         if self._fd >= 0:
             self._flush_locked()
         elif self.run_id is None:  # no file yet: settle the run id now, so the child's file joins our run
-            self.run_id = _rundir.default_run_id(IDENTITY.world_size)
+            self.run_id = _rundir.default_run_id(IDENTITY.world_size, self.root or _rundir.log_dir())
 
     def _lock_release(self) -> None:
         self._lock.release()
