@@ -69,19 +69,20 @@ def default_run_id(world_size: int, root: Path) -> str:
     return f"{_stamp(time.time())}-{os.getpid()}"
 
 
-CLAIM_PREFIX = ".job-"
+CLAIMS = ".jobs"  # the log root's folder of claims (a dot: no run, and `ls` leaves it out)
 CLAIM_KEPT_S = 24 * 3600  # how long a job's claim names its run: a launcher may hand a later job the same tag
 
 
 def claim_run(root: Path, tag: str, candidate: str) -> str:
     """The run id of the job `tag` names, agreed through the log root its ranks share: the first rank to
-    claim the tag (a symlink `.job-<tag>` to `candidate`, made atomically) names the run, the others read
-    the claim. A claim older than CLAIM_KEPT_S is an earlier job's: the next one (`.job-<tag>.1`, ...) is
+    claim the tag (a symlink `.jobs/<tag>` to `candidate`, made atomically) names the run, the others read
+    the claim. A claim older than CLAIM_KEPT_S is an earlier job's: the next one (`.jobs/<tag>.1`, ...) is
     made, or read. Where the root cannot hold a claim, `candidate` (the rank names the run by itself)."""
     with contextlib.suppress(OSError):
         root.mkdir(parents=True, exist_ok=True)
+        _real_dir(root / CLAIMS)
         for attempt in range(1000):
-            link = root / (f"{CLAIM_PREFIX}{tag}" + (f".{attempt}" if attempt else ""))
+            link = root / CLAIMS / (tag + (f".{attempt}" if attempt else ""))
             with contextlib.suppress(FileExistsError):
                 os.symlink(candidate, link)
                 return candidate
@@ -145,7 +146,7 @@ def left_by_the_dead(root: Path, run_id: str, rank: int, world_size: int, host: 
     with contextlib.suppress(OSError), os.scandir(root) as entries:
         for entry in entries:
             with contextlib.suppress(OSError):  # (a run removed meanwhile)
-                if entry.name != run_id and entry.is_dir(follow_symlinks=False):  # (not `latest`, a symlink)
+                if entry.name not in (run_id, CLAIMS) and entry.is_dir(follow_symlinks=False):  # (not `latest`)
                     runs.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
     files = []
     for _, run in heapq.nlargest(EARLIER_RUNS, runs):
