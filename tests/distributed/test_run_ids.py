@@ -131,3 +131,29 @@ def test_two_torchrun_agents_as_on_two_nodes(tmp_path, script, start_job, run_cl
         _finish(agent)
     _one_run_of(tmp_path / "logs", 2, "torchrun-[0-9a-f]{8}")
     _tools_read_the_whole_job(run_cli, 2)
+
+
+LOGS_BEFORE_INIT = """
+import distvlog as dv
+log = dv.get_logger()
+log.info("before init")
+dv.init()
+log.info("after init")
+dv.finalize()
+"""
+
+
+def test_a_rank_that_logged_in_another_run_moves_there_at_init(tmp_path, start_job):
+    """Rank 1 logs before `dv.init()` into a run of its own (here named apart by DISTVLOG_RUN_ID; on a cluster:
+    no shared file system, or a launcher distvlog does not know); init carries its file into rank 0's run,
+    every record with it, and removes the run it leaves."""
+    script = tmp_path / "early.py"
+    script.write_text(LOGS_BEFORE_INIT)
+    cmd = [_hydra(), "-launcher", "fork", "-hosts", "localhost,127.0.0.1", "-ppn", "1"]
+    cmd += ["-n", "1", sys.executable, str(script), ":", "-n", "1", "-env", "DISTVLOG_RUN_ID", "alone"]
+    proc = start_job([*cmd, sys.executable, str(script)])
+    _finish(proc)
+    run = _one_run_of(tmp_path / "logs", 2, "hydra-[0-9a-f]{8}")
+    text = (run / "rank-1.log").read_text()
+    assert "[rank 1] before init" in text and "[rank 1] after init" in text
+    assert not (tmp_path / "logs" / "alone").exists()
