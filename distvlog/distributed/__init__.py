@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..format import CLOCK_END, CLOCK_START
-from ..logger import IDENTITY, SINK, configure, default_run_id, get_logger, unbind_context
+from ..logger import IDENTITY, SINK, configure, default_run_id, get_logger, log_dir, unbind_context
 from . import clock, comm
 from .parallel import DataParallel, DataParallelError, check_finalize
 
@@ -41,22 +41,26 @@ def init(*, log_dir: str | None = None, format: str | None = None, run_id: str |
 
 def agree_on_run(comm: Any, run_id: str | None, init_name: str) -> str:
     """Collective over `comm` (an mpi4py communicator, or anything with its `rank`, `size` and `bcast`):
-    every rank logs into rank 0's run, which is returned. `init_name` is the init function a rank that
-    logged before it should have called first."""
+    every rank logs into rank 0's run, which is returned; a rank whose file is open in another run (its
+    ranks named the run apart: no shared file system, a launcher `_job` does not know) moves it there.
+    `init_name` is the init function a rank that logged before it should have called first."""
     if comm.rank == 0:
         # Rank 0's file decides the run: a reused run id moves it on to <id>.1, and every rank follows it
         # there, whatever files an earlier job with that id (and another number of ranks) left behind.
         if SINK.path is None:
-            configure(run_id=run_id or SINK.run_id or default_run_id(comm.size))
+            configure(run_id=run_id or SINK.run_id or default_run_id(comm.size, SINK.root or log_dir()))
         SINK.open()
     shared = comm.bcast(SINK.run_id if comm.rank == 0 else None, root=0)
     if SINK.path is None:
         configure(run_id=shared)
-    elif SINK.run_id != shared:
-        _log.warning(
-            f"this rank already logs to run {SINK.run_id}, rank 0 to run {shared}: call "
-            f"{init_name} before the first log record"
-        )
+    else:
+        try:
+            SINK.move_to(shared)  # a rank that logged before the job's run was known carries its records over
+        except OSError as exc:
+            _log.warning(
+                f"this rank logs to run {SINK.run_id}, rank 0 to run {shared}, and its file could not be moved "
+                f"there ({exc}); call {init_name} before the first log record"
+            )
     return shared
 
 

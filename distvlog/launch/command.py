@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     kind = launcher_kind(launcher)
     root = Path(args.log_dir).resolve() if args.log_dir else log_dir().resolve()
     _check_writable(root, args.log_dir)
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-launch{os.getpid()}"
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-launch{os.getpid()}"  # UTC, as every run id
     libmpi = matching_libmpi(launcher, kind)
     env = {**_rank_env(run_id, root, args.n, local=not args.hostfile), **libmpi}
     cmd = mpi_command(launcher, kind, args.n, env, args.hostfile)

@@ -15,11 +15,10 @@ import os
 import re
 import stat
 import time
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 from ..format import RANK_FILE_NAME, SUFFIXES, meta_of_head, rank_file_stem
+from . import _job
 
 # (read-write: the sink maps the file)
 CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
@@ -31,19 +30,8 @@ def log_dir() -> Path:
 
 
 def _stamp(epoch_s: float) -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.localtime(epoch_s))
-
-
-def _launcher_job_id() -> str | None:
-    """A job id every rank of the job sees in its environment, if the launcher provides one."""
-    slurm = os.environ.get("SLURM_JOB_ID")
-    if slurm:
-        return f"slurm{slurm}.{os.environ.get('SLURM_STEP_ID', '0')}"
-    for var in ("PMIX_NAMESPACE", "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_ess_base_jobid", "TORCHELASTIC_RUN_ID"):
-        value = os.environ.get(var)
-        if value and value != "none":
-            return f"job{zlib.crc32(value.encode()):08x}"
-    return None
+    """UTC: ranks whose time zones differ (containers, hosts) name the same second alike."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime(epoch_s))
 
 
 def _parent_start() -> tuple[int, float] | None:
@@ -60,23 +48,48 @@ def _parent_start() -> tuple[int, float] | None:
     return ppid, btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def default_run_id(world_size: int) -> str:
-    """The run id when nobody handed one down: the environment, the launcher's job, else a new one.
+def default_run_id(world_size: int, root: Path) -> str:
+    """The run id when nobody handed one down: the environment's, the launcher's job's, else a new one.
 
-    `distvlog launch` and `distvlog.init()` (an MPI broadcast) always agree across ranks; without them,
-    ranks started by the same launcher process agree because they share its pid and start time.
+    A job a launcher of `_job` started is named `<UTC time>-<its tag>`: the time its first rank to log chose,
+    given to the others by torchrun's store or by a claim in the log root (`claim_run`). Without such a
+    launcher, ranks started by one launcher process agree because they share its pid and start time.
     """
     explicit = os.environ.get("DISTVLOG_RUN_ID")
     if explicit:
         return sanitize_run_id(explicit)
-    job = _launcher_job_id()
-    if job:
-        return f"{_stamp(time.time())[:8]}-{job}"
+    tag = _job.tag()
+    if tag:
+        candidate = f"{_stamp(time.time())}-{tag}"
+        return sanitize_run_id(_job.agreed(candidate) or claim_run(root, tag, candidate))
     if world_size > 1:
         parent = _parent_start()
         if parent:
             return f"{_stamp(parent[1])}-p{parent[0]}"
     return f"{_stamp(time.time())}-{os.getpid()}"
+
+
+CLAIMS = ".jobs"  # the log root's folder of claims (a dot: no run, and `ls` leaves it out)
+CLAIM_KEPT_S = 24 * 3600  # how long a job's claim names its run: a launcher may hand a later job the same tag
+
+
+def claim_run(root: Path, tag: str, candidate: str) -> str:
+    """The run id of the job `tag` names, agreed through the log root its ranks share: the first rank to
+    claim the tag (a symlink `.jobs/<tag>` to `candidate`, made atomically) names the run, the others read
+    the claim. A claim older than CLAIM_KEPT_S is an earlier job's: the next one (`.jobs/<tag>.1`, ...) is
+    made, or read. Where the root cannot hold a claim, `candidate` (the rank names the run by itself)."""
+    with contextlib.suppress(OSError):
+        root.mkdir(parents=True, exist_ok=True)
+        _real_dir(root / CLAIMS)
+        for attempt in range(1000):
+            link = root / CLAIMS / (tag + (f".{attempt}" if attempt else ""))
+            with contextlib.suppress(FileExistsError):
+                os.symlink(candidate, link)
+                return candidate
+            with contextlib.suppress(FileNotFoundError):  # (removed meanwhile: the next one is read)
+                if time.time() - os.lstat(link).st_mtime < CLAIM_KEPT_S:
+                    return os.readlink(link)
+    return candidate
 
 
 def sanitize_run_id(run_id: str) -> str:
@@ -91,19 +104,6 @@ def _real_dir(path: Path) -> None:
         os.mkdir(path)
     if not stat.S_ISDIR(os.lstat(path).st_mode):
         raise NotADirectoryError(errno.ENOTDIR, "not a directory (symlinks are not followed)", str(path))
-
-
-def _ancestors() -> Iterator[int]:
-    """This process's parent, grandparent, ... (from /proc; nothing where there is no /proc)."""
-    pid = os.getppid()
-    for _ in range(256):
-        if pid <= 1:
-            return
-        yield pid
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return
 
 
 def _meta_of(path: Path) -> dict | None:
@@ -123,7 +123,7 @@ def _written_by_an_ancestor(path: Path) -> bool:
     """Whether the process that created `path` (per its header) started this one: this process is its
     helper, of the same job."""
     meta = _meta_of(path)
-    return meta is not None and meta.get("pid") in _ancestors()
+    return meta is not None and meta.get("pid") in _job.ancestors()
 
 
 def _world_size_of(run_dir: Path) -> int:
@@ -146,7 +146,7 @@ def left_by_the_dead(root: Path, run_id: str, rank: int, world_size: int, host: 
     with contextlib.suppress(OSError), os.scandir(root) as entries:
         for entry in entries:
             with contextlib.suppress(OSError):  # (a run removed meanwhile)
-                if entry.name != run_id and entry.is_dir(follow_symlinks=False):  # (not `latest`, a symlink)
+                if entry.name not in (run_id, CLAIMS) and entry.is_dir(follow_symlinks=False):  # (not `latest`)
                     runs.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
     files = []
     for _, run in heapq.nlargest(EARLIER_RUNS, runs):

@@ -48,6 +48,7 @@ _PAGE = mmap.ALLOCATIONGRANULARITY
 _ZEROS = bytes(WINDOW_BYTES)
 _TAIL_SCAN_BYTES = 1 << 22  # how far back from the end `trim_reserve` looks for the reserve
 _DEAD_TAIL_BYTES = 1 << 16  # ... in an earlier run's file: past its reserve, at most faulthandler's stacks
+_COPY_BYTES = 1 << 20  # what `move_to` copies at a time
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -350,7 +351,7 @@ class RankFile:
         ident = IDENTITY
         ident.refresh_pid()
         root = self.root or _rundir.log_dir()
-        run_id = self.run_id or _rundir.default_run_id(ident.world_size)
+        run_id = self.run_id or _rundir.default_run_id(ident.world_size, root)
         stem = _format.rank_file_stem(ident.rank) + (f".{ident.pid}" if self._child else "")
         try:
             fd, path, rid = _rundir.create_rank_file(root, run_id, stem, self.renderer.suffix, ident.pid)
@@ -393,6 +394,36 @@ class RankFile:
             if self._fd < 0:
                 self._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
                 self._mapping = False
+
+    def move_to(self, run_id: str) -> None:
+        """Carry the open file over to run `run_id` (the job's, once its ranks agreed through a communicator):
+        the same records under a header naming that run, in a file of its own there; the old file goes.
+        Writers wait on the lock meanwhile: no record is lost. Raises OSError when the new file cannot be made
+        (the old one is kept)."""
+        with self._lock:
+            if not self.file_open or run_id == self.run_id:
+                return
+            end = self._unmap()
+            head = len(self.renderer.header({**self._meta, **self._clock}))
+            stem = self.path.name[: -len(self.renderer.suffix)]
+            fd, path, rid = _rundir.create_rank_file(self.root, run_id, stem, self.renderer.suffix, IDENTITY.pid)
+            meta = {**self._meta, "run_id": rid}
+            header = self.renderer.header({**meta, **self._clock})
+            _write_all(_held(fd), header)
+            for offset in range(head, end, _COPY_BYTES):  # (in pieces: memory stays bounded)
+                _write_all(fd, os.pread(self._fd, min(_COPY_BYTES, end - offset), offset))
+            if _crash_fd:
+                _crash_stacks_to(fd)
+            os.close(self._fd)
+            old, self._fd, self.path, self.run_id, self._meta = self.path, fd, path, rid, meta
+            self._clock_offsets = _format.clock_slot_offsets(header)
+            with contextlib.suppress(OSError):
+                os.unlink(old)
+                os.rmdir(old.parent)  # (only when no other process's file is left in the old run)
+            if self._mapping and stat.S_ISREG(os.fstat(fd).st_mode):
+                self._map_window(0)
+            _rundir.point_latest(self.root, rid, IDENTITY.world_size)
+        _echo(f"distvlog: rank {IDENTITY.rank} (pid {IDENTITY.pid}) moved its log from {old} to {path}\n".encode())
 
     def _log_to_stderr(self, where: object, reason: str) -> None:
         """As glog does when it cannot create its file: say so once, then write every record to stderr (once,
@@ -455,7 +486,7 @@ class RankFile:
         if self._fd >= 0:
             self._flush_locked()
         elif self.run_id is None:  # no file yet: settle the run id now, so the child's file joins our run
-            self.run_id = _rundir.default_run_id(IDENTITY.world_size)
+            self.run_id = _rundir.default_run_id(IDENTITY.world_size, self.root or _rundir.log_dir())
 
     def _lock_release(self) -> None:
         self._lock.release()

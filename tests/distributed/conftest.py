@@ -93,3 +93,21 @@ def start_cli(tmp_path: Path):
     for proc in started:
         proc.kill()
         proc.communicate()
+
+
+@pytest.fixture
+def start_job(tmp_path: Path):
+    """start_job(cmd, env={}) starts a launcher command line in tmp_path with the ranks' environment of run_mpi
+    (byte pipes); killed at the end."""
+    started: list[subprocess.Popen] = []
+
+    def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        started.append(
+            subprocess.Popen(cmd, env=_env(tmp_path, env), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        )
+        return started[-1]
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.communicate()
