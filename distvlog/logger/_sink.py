@@ -473,6 +473,11 @@ class RankFile:
         self._mapping = False
 
     @property
+    def forked(self) -> bool:
+        """Whether this process is a forked child of the rank's process (its file is rank-<R>.<pid>)."""
+        return self._child
+
+    @property
     def file_open(self) -> bool:
         """Whether records go to this process's file (neither before the first record nor when logging
         to stderr)."""
