@@ -162,6 +162,7 @@ class _Handler:
     its runs, for the watcher."""
 
     def __init__(self, previous: Any) -> None:
+        self.previous = previous
         self.chain = _chain_to(previous)
         self.ends_process = previous == signal.SIG_DFL  # death, no Python code of anyone's (not KeyboardInterrupt)
         self.calls = self.seen = 0  # runs in the main thread; those the watcher has accounted for
@@ -175,7 +176,7 @@ class _Handler:
         """Death by this signal. A rank of a job first logs where its main thread was, then lives on for
         _HOLD_S: its peers blocked in C got the same signal, and their watchers need _PROMPT_S to log where
         they are before the launcher, seeing this rank die, kills them with SIGKILL."""
-        if not self.ending and IDENTITY.world_size > 1:
+        if not self.ending and IDENTITY.world_size > 1 and not SINK.forked:  # (a pool's worker is no rank)
             self.ending = True  # (a second signal during the hold ends it at once)
             with contextlib.suppress(Exception):  # the signal must end the process all the same
                 where, stack = _stack_of(frame)
@@ -320,12 +321,20 @@ def _exit_from_watcher(name: str, status: int, where: traceback.FrameSummary | N
 
 
 def _after_fork_in_child() -> None:
-    """The child shares its parent's wakeup pipe but not the watcher thread: its signals must not wake the
-    parent's watcher (it starts its own with its file)."""
-    global _watcher_pipe
-    if _watcher_pipe is not None:
-        with contextlib.suppress(ValueError):  # (only the main thread may; a child's forking thread is it)
+    """A forked child (a pool's worker, a DataLoader's) handles its signals as if distvlog had not touched
+    them: the handlers ours replaced are back (a pool ends its workers with SIGTERM, which must not log a
+    rank's death nor hold their exit), until the child logs and installs ours as itself. It shares its
+    parent's wakeup pipe but not the watcher thread: its signals must not wake the parent's watcher."""
+    global _watcher_pipe, _signals_installed
+    with contextlib.suppress(ValueError):  # (only the main thread may; a child's forking thread is it)
+        for signum in _CAUGHT + _DEFAULT_DEATHS:
+            handler = signal.getsignal(signum)
+            if isinstance(handler, _Handler) and handler.previous is not None:  # (None: a handler of C's)
+                signal.signal(signum, handler.previous)
+        _signals_installed = False
+        if _watcher_pipe is not None:
             signal.set_wakeup_fd(-1)
+    if _watcher_pipe is not None:
         os.close(_watcher_pipe[0]), os.close(_watcher_pipe[1])
         _watcher_pipe = None
 

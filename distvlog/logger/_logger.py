@@ -219,9 +219,12 @@ def _module_name(caller_globals: dict[str, Any]) -> str:
 
 
 def get_logger(name: str | None = None, **initial_values: Any) -> Logger:
-    """A logger for `name` (default: the calling module) writing to this rank's file."""
-    if name is None:
-        name = _module_name(sys._getframe(1).f_globals)
+    """A logger for `name` (default: the calling module) writing to this rank's file. The main script's
+    `get_logger(__name__)` is named as the script's module, as `get_logger()` is (vmodule's `train=2`)."""
+    if name is None or name == "__main__":
+        caller = sys._getframe(1).f_globals
+        if name is None or caller.get("__name__") == "__main__":
+            name = _module_name(caller)
     logger = _loggers.get(name)
     if logger is None:
         logger = _loggers[name] = Logger(_ModuleLogger(name), PROCESSORS, {})

@@ -14,6 +14,18 @@ makes no sense (stderr, /dev/null, while the reserve fails) records are buffered
 `os.write`. A forked child gets its own file. The rest of "never lose a record" (signals, exit,
 exceptions) lives in `_lifecycle`.
 
+Re-entry. A signal handler (also one interrupted by another) or a finaliser (`__del__`, a weakref callback)
+may log on a thread that is inside the sink. Between two lock-free copies nothing is mid-change: its record
+is copied into the window like any other. Inside the lock (a window being replaced, the file being opened,
+a flush) the state is mid-change, so only the outermost holder on a thread changes it: a nested call copies
+its record into the window if that is live and has room (in the file when the call returns), else queues
+it, and the holder places the queue before it releases the lock (microseconds later, before the code it
+interrupted goes on). A nested flush, settle or open is left to the holder. Our own SIGTERM/SIGINT handler
+waits for the holder instead (`flush_for_signal`). At interpreter exit, once Python finalises, threads
+that try to run Python are frozen for good (daemon threads): a lock one of them held is never released,
+so after `_FROZEN_WAIT_S` the finalising thread, the only one left running Python, takes a new lock; and
+stderr is written to its descriptor, past its stream's lock.
+
 Writing never raises into the caller. When the file cannot be written (a full disk, a file-size limit, an
 I/O error, the file or its directory deleted), the records are dropped and counted, one line on stderr says
 so, and every later flush tries again; the first write that succeeds starts with a record of how many were
@@ -32,7 +44,8 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +57,7 @@ from ._processors import SEVERITY as _SEVERITY
 
 WINDOW_BYTES = 256 * 1024  # reserved and mapped at a time: the most a crashed file's reserve can be (but for
 # a record larger than a window, which gets one of its size)
+_FROZEN_WAIT_S = 0.1  # at interpreter exit, the longest the sink waits for a lock that a frozen thread may hold
 _PAGE = mmap.ALLOCATIONGRANULARITY
 _ZEROS = bytes(WINDOW_BYTES)
 _TAIL_SCAN_BYTES = 1 << 22  # how far back from the end `trim_reserve` looks for the reserve
@@ -71,7 +85,7 @@ class RankFile:
         self.on_open: list = []  # called with the sink once its file exists (lifecycle hooks)
         self._reset()
         self._clock: dict[str, str] = {}  # header clock slots measured so far (kept by a forked child)
-        self._deferred_signal: tuple | None = None
+        self._deferred_signal: list[tuple] = []  # handlers of ours that waited for the lock, in order
         self.signals_held = SignalsHeld(self)
         os.register_at_fork(
             before=self._before_fork, after_in_parent=self._lock_release, after_in_child=self._after_fork_child
@@ -91,7 +105,7 @@ class RankFile:
         # buffer (a death loses up to the flush interval's), as `os.write` survives a truncation.
         self._mapping = _env.read("DISTVLOG_MMAP", _env.boolean, True)
         self._child = False
-        self._opening = False  # a handler logging while the file is being created waits in the buffer
+        self._queued: deque[bytes] = deque()  # records of calls nested in a holder of the lock (see _nested)
         self._meta: dict | None = None  # the meta record of the file; its header is owed while _head_owed
         self._head_owed = False
         self._dropped = 0  # records dropped since the last successful write
@@ -122,14 +136,14 @@ class RankFile:
             try:
                 window.write(record)
             except ValueError:  # full, or closed meanwhile
-                self._place(record)
+                self._locked(self._place, record)
         elif self._fd >= 0 and not self._mapping:  # written with os.write: stderr, /dev/null, after exit
             buf = self._buf
             buf.extend(record)
             if len(buf) >= self.buffer_bytes:
                 self.flush()
         else:  # no file yet, or no window while the reserve fails
-            self._place(record)
+            self._locked(self._place, record)
         if self.echo_all:
             _echo(record)
         if self._deferred_signal:
@@ -137,9 +151,7 @@ class RankFile:
 
     def write_urgent(self, record: bytes, echo: bool = True) -> None:
         """WARNING and above: flushed at once and (unless the caller prints it anyway) echoed to stderr."""
-        with self._lock:
-            self._place(record)
-            self._flush_locked()
+        self._locked(self._place_now, record)
         if echo and self.file_open:  # (else the record went to stderr already)
             _echo(record)
         if self._deferred_signal:
@@ -151,48 +163,105 @@ class RankFile:
         self.write_urgent(_own_record(self.renderer, method, event, fields), echo=False)
 
     def flush(self) -> None:
-        with self._lock:
-            self._flush_locked()
+        self._locked(self._flush_locked)
         if self._deferred_signal:
             self._redeliver()
 
     def settle(self) -> None:
         """Cut the reserve off the file and write every later record with `os.write` (at exit: hooks that
         run after this may still log, and a file left by a process must end with its last record)."""
-        with self._lock:
-            self._mapping = False
-            if self._map is not None:
-                self._unmap()
-            self._flush_locked()
+        self._locked(self._settle_locked)
 
     def cut_reserve(self) -> None:
         """Cut the reserve off the file now, as a death no handler sees may come (a launcher's SIGKILL); the
         next record reserves a new window."""
-        with self._lock:
-            if self._map is not None:
-                self._unmap()
+        self._locked(self._unmap_locked)
+
+    # -- the lock: one owner changes the sink's state; a call nested in it on the same thread changes nothing --
+    def _locked(self, action: Callable[..., None], record: bytes | None = None) -> None:
+        """`action(record)` (or `action()`) holding the lock as this thread's outermost holder. A call that
+        re-enters the sink on the thread that holds it (a signal handler or a finaliser that interrupted it,
+        mid-change) runs no action: see `_nested`."""
+        if not self._enter():
+            if record is not None:
+                self._nested(record)
+            return
+        try:
+            action() if record is None else action(record)
+        finally:
+            self._leave()
+
+    def _enter(self) -> bool:
+        """Take the lock; False when this thread holds it already. Once the interpreter is finalising only
+        this thread runs Python: a lock still held after _FROZEN_WAIT_S belongs to a thread that exit froze
+        (a daemon thread), which will never release it, and the sink goes on with a lock of its own."""
+        lock = self._lock
+        if lock._is_owned():
+            return False
+        if not sys.is_finalizing():
+            lock.acquire()
+        elif not lock.acquire(timeout=_FROZEN_WAIT_S):
+            self._lock = lock = threading.RLock()
+            lock.acquire()
+        return True
+
+    def _nested(self, record: bytes) -> None:
+        """A nested call's record: into the window when it is live and has room (one C call: in the file
+        when the call returns), else queued for the interrupted call, which places it before it returns."""
+        window = self._map
+        if window is not None:
+            try:
+                window.write(record)
+                return
+            except ValueError:  # full, or being closed by the call it interrupted
+                pass
+        self._queued.append(record)
+
+    def _leave(self) -> None:
+        """Place the records nested calls queued, then release the lock; a record queued after the last look
+        and before the release is placed under the lock taken again."""
+        while True:
+            queued = self._queued
+            if queued:
+                while queued:
+                    self._place(queued.popleft())
+                self._flush_locked()
+            elif len(self._buf) and len(self._buf) >= self.buffer_bytes:  # appended by a nested call meanwhile
+                self._flush_locked()
+            self._lock.release()
+            if not self._queued:
+                return
+            self._lock.acquire()
+
+    def _place_now(self, record: bytes) -> None:
+        self._place(record)
+        self._flush_locked()
+
+    def _settle_locked(self) -> None:
+        self._mapping = False
+        self._unmap_locked()
+        self._flush_locked()
+
+    def _unmap_locked(self) -> None:
+        if self._map is not None:
+            self._unmap()
 
     # -- internals -----------------------------------------------------------------------------------
     def _place(self, record: bytes) -> None:
-        """A record that did not go into the window at once: opens the file, maps the next window, or
-        buffers it (no window: not a regular file, the reserve failed, or the file is being created)."""
-        with self._lock:
-            if self._fd < 0:
-                self.open()
-            window = self._map
-            if window is not None and not self._opening:
-                try:
-                    window.write(record)
-                    return
-                except ValueError:  # full
-                    self._map_window(len(record))
-                    if self._map is not None:
-                        self._map.write(record)  # (the window was sized for it)
-                        return
-            buf = self._buf
-            buf.extend(record)
-            if len(buf) >= self.buffer_bytes:
-                self._flush_locked()
+        """A record that did not go into the window at once (the caller holds the lock): opens the file, maps
+        the next window, or buffers it (no window: not a regular file, or the reserve failed)."""
+        if self._fd < 0:
+            self._open_locked()
+        while self._map is not None:
+            try:
+                self._map.write(record)
+                return
+            except ValueError:  # full (a window is sized for the record; nested calls may fill it first)
+                self._map_window(len(record))
+        buf = self._buf
+        buf.extend(record)
+        if len(buf) >= self.buffer_bytes:
+            self._flush_locked()
 
     def _map_window(self, need: int) -> None:
         """Map the window after the current one (or the first), large enough for `need` more bytes; without
@@ -249,7 +318,7 @@ class RankFile:
             self._check_window()
             return
         buf = self._buf
-        if buf and self._fd >= 0 and not self._opening:  # (no file yet: a handler logged while it is created)
+        if buf and self._fd >= 0:
             data = bytes(buf)  # whole records: each was appended in one step
             del buf[: len(data)]  # what lock-free writers appended meanwhile stays for the next flush
             self._write(data)
@@ -335,17 +404,12 @@ class RankFile:
 
     def open(self) -> None:
         """Create this process's file: at its first record, or earlier when asked (its run id is then final).
-        A signal handler, atexit hook or __del__ that logs meanwhile (in this thread) waits in the buffer."""
-        with self._lock:
-            if self._fd < 0 and not self._opening:
-                self._opening = True
-                try:
-                    self._open()
-                finally:
-                    self._opening = False
-                if self._buf and self._map is not None:  # a handler logged while the file was created
-                    waiting, self._buf = bytes(self._buf), bytearray()
-                    self._place(waiting)
+        A signal handler, atexit hook or __del__ that logs meanwhile (in this thread) waits in the queue."""
+        self._locked(self._open_locked)
+
+    def _open_locked(self) -> None:
+        if self._fd < 0:
+            self._open()
 
     def _open(self) -> None:
         ident = IDENTITY
@@ -390,10 +454,12 @@ class RankFile:
     def discard(self) -> None:
         """Write records nowhere, open no file: for a process whose records are no rank's (the `distvlog`
         tools, whose crash must not start a run in the user's log directory and move `latest`)."""
-        with self._lock:
-            if self._fd < 0:
-                self._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-                self._mapping = False
+        self._locked(self._discard_locked)
+
+    def _discard_locked(self) -> None:
+        if self._fd < 0:
+            self._fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            self._mapping = False
 
     def move_to(self, run_id: str) -> None:
         """Carry the open file over to run `run_id` (the job's, once its ranks agreed through a communicator):
@@ -438,6 +504,11 @@ class RankFile:
         self._mapping = False
 
     @property
+    def forked(self) -> bool:
+        """Whether this process is a forked child of the rank's process (its file is rank-<R>.<pid>)."""
+        return self._child
+
+    @property
     def file_open(self) -> bool:
         """Whether records go to this process's file (neither before the first record nor when logging
         to stderr)."""
@@ -446,18 +517,20 @@ class RankFile:
     def set_clock(self, slot: str, offset_us: float, uncertainty_us: float, ts_us: int) -> None:
         """Record a measured clock offset to rank 0 in the header (in place: the slot has a fixed width)."""
         text = _format.clock_slot(offset_us, uncertainty_us, ts_us)
-        with self._lock:
-            self._clock[slot] = text
-            if self.file_open and not self._head_owed:  # (an owed header will carry it)
-                # (a descriptor of its own: pwrite on an O_APPEND one appends, on Linux)
-                with contextlib.suppress(OSError):  # the header keeps its earlier slot: the records matter more
-                    fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-                    try:
-                        os.pwrite(fd, text.encode(), self._clock_offsets[slot])
-                    finally:
-                        os.close(fd)
+        self._clock[slot] = text
+        self._locked(self._write_clock, slot)
         if self._deferred_signal:
             self._redeliver()
+
+    def _write_clock(self, slot: str) -> None:
+        if self.file_open and not self._head_owed:  # (an owed header will carry it)
+            # (a descriptor of its own: pwrite on an O_APPEND one appends, on Linux)
+            with contextlib.suppress(OSError):  # the header keeps its earlier slot: the records matter more
+                fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+                try:
+                    os.pwrite(fd, self._clock[slot].encode(), self._clock_offsets[slot])
+                finally:
+                    os.close(fd)
 
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
     # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.
@@ -465,7 +538,7 @@ class RankFile:
     def flush_for_signal(self, signum: int, frame: object, chain) -> None:
         # (handlers run in the main thread: the lock's owner or the holding thread is this one)
         if self._lock._is_owned() or threading.get_ident() in self.signals_held.depth:
-            self._deferred_signal = (signum, frame, chain)
+            self._deferred_signal.append((signum, frame, chain))  # (a second signal meanwhile waits too)
             return
         self.flush()
         chain(signum, frame)
@@ -475,10 +548,11 @@ class RankFile:
         where Python runs handlers (a KeyboardInterrupt raised in another thread would stop only that one)."""
         if threading.current_thread() is not threading.main_thread():
             return
-        signum, frame, chain = self._deferred_signal
-        self._deferred_signal = None
-        self.flush()
-        chain(signum, frame)
+        waiting = self._deferred_signal
+        while waiting:
+            signum, frame, chain = waiting.pop(0)
+            self.flush()
+            chain(signum, frame)
 
     # -- fork: the child opens its own file -----------------------------------------------------------
     def _before_fork(self) -> None:
@@ -707,10 +781,14 @@ def _reason(exc: OSError) -> str:
 
 def _echo(record: bytes) -> None:
     try:
-        sys.stderr.write(record.decode("utf-8", "replace"))
-        sys.stderr.flush()
-    except (OSError, ValueError, AttributeError):
-        pass  # no stderr (closed or detached): the file still has the record
+        stream = sys.stderr
+        if sys.is_finalizing():  # a thread that exit froze may hold the stream's lock: Python would abort
+            _write_all(stream.fileno(), record)  # after waiting a second for it
+        else:
+            stream.write(record.decode("utf-8", "replace"))
+            stream.flush()
+    except Exception:  # no stderr (closed, detached, full), or a handler's call nested in this one's
+        pass  # the file still has the record
 
 
 SINK = RankFile()

@@ -68,6 +68,22 @@ def test_vmodule_names_the_main_script_by_its_file(scripts):
     ]
 
 
+README_EXAMPLE = """
+import distvlog as dv
+
+log = dv.get_logger(__name__)
+for size in range(5):
+    log.vlog(2, "batch", size=size)
+"""
+
+
+def test_get_logger_of_dunder_name_in_a_script_matches_its_file_name(scripts):
+    """The README's example: `dv.get_logger(__name__)` in train.py with DISTVLOG_VMODULE=train=2 writes its
+    vlog(2) records (the logger was named `__main__`, which no rule on file names matched)."""
+    run = scripts.run(README_EXAMPLE, env={"DISTVLOG_VMODULE": "train=2"}, name="train.py")
+    assert [r.first for r in run.records()] == [f"batch v=2 size={size}" for size in range(5)]
+
+
 def test_nothing_verbose_by_default(scripts):
     _module(scripts, "chatty")
     _module(scripts, "chatter")

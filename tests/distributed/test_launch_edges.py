@@ -1,0 +1,56 @@
+"""`distvlog launch` at the edges of a rank's life: a fork pool inside a rank, a job MPI aborts (the other
+ranks' files trimmed, the failure's text safe for a terminal)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from launch_testkit import run_dir_of
+
+pytestmark = pytest.mark.timeout(300)
+
+POOL = """
+import signal, time
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+BEFORE = [signal.getsignal(s) for s in SIGNALS]  # as Python set them, before distvlog
+import multiprocessing as mp, os
+import distvlog as dv
+
+log = dv.get_logger()
+log.info("before the pool")  # the rank's file opens: distvlog's handlers are installed in the rank
+
+def check():  # the worker's handlers as it starts (before it logs, which installs them for itself)
+    with open(f"worker-{os.getpid()}", "w") as out:
+        out.write(str([signal.getsignal(s) for s in SIGNALS] == BEFORE))
+
+def work(x):
+    log.info("in a worker", x=x)  # a worker that logs does so as itself, into its own file
+    return x * x
+
+if __name__ == "__main__":
+    t0 = time.monotonic()
+    with mp.get_context("fork").Pool(2, initializer=check) as pool:  # its exit terminates them: SIGTERM
+        total = sum(pool.map(work, range(8)))
+    print(f"rank {dv.get_rank()}: {total}; the pool took {time.monotonic() - t0:.2f} s", flush=True)
+    log.info("after the pool")
+"""
+
+
+def test_a_fork_pool_inside_a_launched_rank_keeps_its_signals(run_cli, tmp_path):
+    """A pool's workers start with Python's own signal handling, not the rank's; terminated by the pool
+    (SIGTERM), they log no rank's death and do not hold their exit (a rank that SIGTERM ends waits 1 s for
+    its peers; the pool took 1.02 s instead of 0.02 s)."""
+    (tmp_path / "pool.py").write_text(POOL)
+    proc = run_cli("launch", "-n", "2", "pool.py")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(re.findall(r"^rank (\d): 140;", proc.stdout, re.M)) == ["0", "1"], proc.stdout
+    workers = sorted(tmp_path.glob("worker-*"))
+    assert len(workers) == 4 and {w.read_text() for w in workers} == {"True"}
+    run_dir = run_dir_of(proc)
+    files = {p.name: p.read_text() for p in run_dir.glob("rank-*.log")}
+    assert "rank-0.log" in files and "rank-1.log" in files
+    assert len(files) > 2  # the workers' own files, rank-R.<pid>.log
+    assert sum(text.count("] in a worker x=") for text in files.values()) == 16
+    assert not [name for name, text in files.items() if "SIGTERM" in text]
+    assert "SIGTERM" not in proc.stderr
