@@ -15,6 +15,7 @@ from ._clock import now_us
 from ._env import LAUNCHER_VARS, SETTINGS_SAID
 from ._env import boolean as env_boolean
 from ._env import read as read_env
+from ._env import seconds as env_seconds
 from ._identity import IDENTITY, rank_from_env
 from ._lifecycle import (
     FLUSH_INTERVAL_S,
@@ -74,6 +75,7 @@ __all__ = [
     "content_size",
     "default_run_id",
     "env_boolean",
+    "env_seconds",
     "exit_status",
     "flush",
     "get_logger",
