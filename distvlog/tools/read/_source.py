@@ -16,7 +16,7 @@ from . import _header, _jsonl, _runs
 from ._arena import SLOT_BYTES, Slot, plain_alloc
 from ._block import Block, Counts
 from ._bytes import restamp
-from ._files import BadFile, InputFile, open_input, parse_rank_of, rank_given, resolve_inputs
+from ._files import BadFile, InputFile, open_input, parse_rank_of, rank_given, resolve_inputs, trim_left_by_the_dead
 from ._foreign import NCCL_RANK
 from ._glog import RECORD_LINES, GlogParser, RankRule, UnknownRank
 from ._notes import Warn, ignore
@@ -241,6 +241,7 @@ def open_sources(
     """
     rank_of = rank_of or {}
     files = resolve_inputs(paths)
+    trim_left_by_the_dead(f.path for f in files if f.name_rank is not None and not f.gz)
     for key in rank_of:
         if not any(rank_given({key: 0}, f.path) is not None for f in files):
             raise InputError(f"--rank-of {key}: not one of the input files")
