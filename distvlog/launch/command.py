@@ -9,6 +9,7 @@ runner), so an exception in one aborts the job instead of hanging it. Whatever
 happened, the run's files are merged into `timeline.log` and the command says where everything is and,
 when a rank failed, which one and why. With `--follow` the merged timeline is shown live while the job runs
 (`distvlog merge --follow`), and the ranks' own output goes to a file in the run directory instead.
+Ctrl-C, SIGTERM, `--timeout` and `--idle-timeout` stop a job so that each rank says where it was (`stop`).
 """
 
 from __future__ import annotations

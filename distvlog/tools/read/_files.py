@@ -167,17 +167,13 @@ def trim_left_by_the_dead(paths: Iterable[Path]) -> None:
 
 
 def _ends_with_nul(path: Path) -> bool:
+    """(An input file: resolve_inputs has checked it is a regular file, never a FIFO that would block.)"""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
+        with open(path, "rb") as file:
+            file.seek(-1, os.SEEK_END)
+            return file.read(1) == b"\0"
+    except OSError:  # (empty, or gone meanwhile)
         return False
-    try:
-        size = os.fstat(fd).st_size
-        return size > 0 and os.pread(fd, 1, size - 1) == b"\0"
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def open_input(file: InputFile) -> ByteStream:

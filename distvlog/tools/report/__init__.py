@@ -76,7 +76,6 @@ def _culprits(report: Report) -> set[int]:
 
 
 def figure_html(report: Report, drawn: list[Panel]) -> str:
-    import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
@@ -89,37 +88,34 @@ def figure_html(report: Report, drawn: list[Panel]) -> str:
     )
     culprits, shown = _culprits(report), set()
     for row, panel in enumerate(drawn, 1):
-        scale = Scale.of(panel)
+        scale = _Scale.of(panel)
         for rank, by_step in sorted(panel.series.items()):
             if not by_step:
                 continue
             steps = sorted(by_step)
-            colour = qualitative.Dark24[rank % PALETTE_SIZE]
+            trace = _RankTrace(rank, qualitative.Dark24[rank % PALETTE_SIZE])
             fig.add_trace(
-                go.Scatter(
-                    x=steps,
-                    y=[scale.drawn(by_step[s]) for s in steps],
+                trace(
+                    steps,
+                    [scale.drawn(by_step[s]) for s in steps],
                     mode="lines",
-                    name=f"rank {rank}",
-                    legendgroup=str(rank),
                     showlegend=rank not in shown,
-                    line={"color": colour, "width": 3 if rank in culprits else 1},
+                    line={"color": trace.colour, "width": 3 if rank in culprits else 1},
                 ),
                 row,
                 1,
             )
             special = [s for s in steps if scale.is_special(by_step[s])]
             if special:  # NaN, Inf (and 0 on a log axis) as markers on a band of their own: never a gap
+                symbols = [_symbol(by_step[s]) for s in special]
                 fig.add_trace(
-                    go.Scatter(
-                        x=special,
-                        y=[scale.band(by_step[s]) for s in special],
+                    trace(
+                        special,
+                        [scale.band(by_step[s]) for s in special],
                         mode="markers",
-                        name=f"rank {rank}",
-                        legendgroup=str(rank),
                         showlegend=False,
                         hovertext=[_value_text(by_step[s]) for s in special],
-                        marker={"color": colour, "size": 9, "symbol": [_symbol(by_step[s]) for s in special]},
+                        marker={"color": trace.colour, "size": 9, "symbol": symbols},
                     ),
                     row,
                     1,
@@ -144,6 +140,19 @@ def figure_html(report: Report, drawn: list[Panel]) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=True, config={"displaylogo": False})
 
 
+@dataclass
+class _RankTrace:
+    """A rank's traces: its name, legend group and colour."""
+
+    rank: int
+    colour: str
+
+    def __call__(self, x: list[int], y: list, **style: Any) -> Any:
+        import plotly.graph_objects as go
+
+        return go.Scatter(x=x, y=y, name=f"rank {self.rank}", legendgroup=str(self.rank), **style)
+
+
 def _value_text(value: float) -> str:
     return "NaN" if math.isnan(value) else ("Inf" if value > 0 else "-Inf") if math.isinf(value) else f"{value:g}"
 
@@ -153,7 +162,7 @@ def _symbol(value: float) -> str:
 
 
 @dataclass
-class Scale:
+class _Scale:
     """A panel's y axis: log where its finite values are all positive or zero and some positive, else linear;
     where it draws the values a line cannot (NaN, Inf; 0 on a log axis): a band above the finite values
     (NaN/Inf) and one below them (0), each drawn where the panel has such values."""
@@ -164,7 +173,7 @@ class Scale:
     bands: list[tuple[float, str]]
 
     @classmethod
-    def of(cls, panel: Panel) -> Scale:
+    def of(cls, panel: Panel) -> _Scale:
         values = [v for series in panel.series.values() for v in series.values()]
         finite = [v for v in values if math.isfinite(v)]
         positive = [v for v in finite if v > 0]
