@@ -31,6 +31,8 @@ INTERRUPT_GRACE_S = 5.0  # a rank running Python has aborted the job on its Keyb
 TIMEOUT_STATUS = 124  # the exit status of a job our timeout stopped, as `timeout` exits
 _POLL_S = 0.25
 _PEEK_BYTES = 4096  # read past a rank file's last known content end, to see whether it grew
+_CATCH_UP_BYTES = 1 << 16  # then read on in larger bites, to the new content end
+_LOOK_S = 1.0  # how often the rank files are looked at for --idle-timeout
 _PR_SET_PDEATHSIG = 1
 _STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -135,18 +137,21 @@ class Stopper:
 class _Writes:
     """When a rank last wrote to its file in the run directory. A rank's file is mapped: its size includes
     a reserve of NUL bytes that records overwrite, so what grows is the content before them. Each look
-    reads a page past the content end last seen, not the whole reserve."""
+    reads a page past the content end last seen, not the whole reserve, and each byte written once."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.ends: dict[str, tuple[int, int]] = {}  # file name -> (size, content end)
         self.news: float | None = None
+        self.looked = -_LOOK_S
 
     def last_news(self, now: float) -> float:
         """When a rank last wrote; `now` until one has (a job's start-up is not idleness: --timeout is for
         a job that hangs before it logs)."""
-        if self._grew():
-            self.news = now
+        if now - self.looked >= _LOOK_S:
+            self.looked = now
+            if self._grew():
+                self.news = now
         return now if self.news is None else self.news
 
     def _grew(self) -> bool:
@@ -166,8 +171,9 @@ class _Writes:
             size = os.fstat(fd).st_size
             known = self.ends.get(name)
             end = min(known[1], size) if known is not None else 0
-            while (chunk := os.pread(fd, _PEEK_BYTES, end).rstrip(b"\0")) and end < size:
-                end += len(chunk)
+            bite = _PEEK_BYTES
+            while end < size and (chunk := os.pread(fd, bite, end).rstrip(b"\0")):
+                end, bite = end + len(chunk), _CATCH_UP_BYTES
         except OSError:
             return False
         finally:
