@@ -169,7 +169,7 @@ def trim_left_by_the_dead(paths: Iterable[Path]) -> None:
 def _ends_with_nul(path: Path) -> bool:
     """(An input file: resolve_inputs has checked it is a regular file, never a FIFO that would block.)"""
     try:
-        with open(path, "rb") as file:
+        with open(path, "rb", buffering=0) as file:
             file.seek(-1, os.SEEK_END)
             return file.read(1) == b"\0"
     except OSError:  # (empty, or gone meanwhile)
