@@ -78,7 +78,7 @@ class Stopper:
 
     def _signalled(self, signum: int, _frame: object) -> None:
         if self.status is not None:
-            _say(f"{signal.Signals(signum).name} again: killing the job")
+            _say(f"{signal.Signals(signum).name} while the job stops: killing it")
             self.proc.kill()
             return
         if signum == signal.SIGINT:
