@@ -78,7 +78,12 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
 
 def command() -> int:
     """The `distvlog` executable."""
-    return main(own_process=True)
+    try:
+        return main(own_process=True)
+    except BaseException:  # a tool's own failure: its traceback is no rank's record (the logger may have loaded)
+        if "distvlog.logger" in sys.modules:
+            sys.modules["distvlog.logger"].SINK.discard()
+        raise
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ runner), so an exception in one aborts the job instead of hanging it. Whatever
 happened, the run's files are merged into `timeline.log` and the command says where everything is and,
 when a rank failed, which one and why. With `--follow` the merged timeline is shown live while the job runs
 (`distvlog merge --follow`), and the ranks' own output goes to a file in the run directory instead.
+Ctrl-C, SIGTERM, `--timeout` and `--idle-timeout` stop a job so that each rank says where it was (`stop`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -29,7 +29,7 @@ import distvlog
 from ..distributed.comm import library_name
 from ..errors import InputError
 from ..logger import SETTINGS_SAID, log_dir
-from . import report
+from . import report, stop
 
 # The libmpi soname of each launcher kind's MPI, and the MPI's name in messages.
 _LIBMPI = {"openmpi": ("libmpi.so.40", "Open MPI"), "hydra": ("libmpi.so.12", "MPICH")}
@@ -179,18 +179,26 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     started = time.time()
-    if not args.follow:
-        code = _wait(subprocess.Popen(cmd, env={**os.environ, **env}))
-        return report.after_run(root / run_id, args.n, code, started)
     run_dir = root / run_id
+    if not args.follow:
+        proc = subprocess.Popen(cmd, env={**os.environ, **env}, **stop.LAUNCHER_SESSION)
+        code, stopped = _wait(proc, run_dir, args)
+        return _status(stopped, report.after_run(run_dir, args.n, code, started))
     run_dir.mkdir(parents=True, exist_ok=True)
     output = run_dir / OUTPUT_NAME
     print(f"distvlog launch: the ranks' stdout and stderr go to {output}", file=sys.stderr, flush=True)
     with open(output, "wb") as out:
-        proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
-    code = _wait(proc, lambda: _follow(run_dir, proc))
+        proc = subprocess.Popen(
+            cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, **stop.LAUNCHER_SESSION
+        )
+    code, stopped = _wait(proc, run_dir, args, lambda: _follow(run_dir, proc))
     print(f"distvlog launch: the ranks' output: {output}", file=sys.stderr, flush=True)
-    return report.after_run(run_dir, args.n, code, started)
+    return _status(stopped, report.after_run(run_dir, args.n, code, started))
+
+
+def _status(stopped: int | None, reported: int) -> int:
+    """The exit status: the stop's (see `stop`) if the job was stopped, else what the report found."""
+    return reported if stopped is None else stopped
 
 
 def _follow(run_dir: Path, proc: subprocess.Popen) -> None:
@@ -215,54 +223,17 @@ def _check_writable(root: Path, given: str | None) -> None:
         raise InputError(f"{'--log-dir ' + given if given else 'log directory ' + str(root)}: {reason}")
 
 
-def _wait(proc: subprocess.Popen, watch: Callable[[], None] | None = None) -> int:
-    """The launcher's exit code (128+N after signal N), after `watch()` (which returns once the job exited). A SIGTERM, or a SIGINT that did not come from our
-    terminal (a Ctrl-C typed there reaches the launcher itself), is passed on to the launcher, which passes
-    it to the ranks; then we wait for them, so that their logs are complete before the merge. A second
-    signal kills the launcher. A SIGINT ignored by whoever started us (`cmd &`) stays ignored."""
-    stopping: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        if stopping:
-            proc.kill()
-            return
-        stopping.append(signum)
-        if signum == signal.SIGTERM or not _typed_in_our_terminal():
-            proc.send_signal(signum)
-        print(
-            f"distvlog launch: {signal.Signals(signum).name}: stopping the ranks, then merging their logs "
-            "(again to kill them)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    handled = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN]
-    previous = {signum: signal.signal(signum, forward) for signum in handled}
-    try:
+def _wait(
+    proc: subprocess.Popen, run_dir: Path, args: argparse.Namespace, watch: Callable[[], None] | None = None
+) -> tuple[int, int | None]:
+    """The launcher's exit code (128+N after signal N), after `watch()` (which returns once the job exited),
+    and the exit status the job's stop calls for (None if nothing stopped it): a signal or a timeout stops
+    the ranks, and we wait for them, so that their logs are complete before the merge."""
+    with stop.Stopper(proc, run_dir, args.timeout, args.idle_timeout) as stopper:
         if watch is not None:
             watch()
         code = proc.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    if code < 0:  # killed by signal -code (our second signal: SIGKILL)
-        return 128 - code
-    return code or (128 + stopping[0] if stopping else 0)
-
-
-def _typed_in_our_terminal() -> bool:
-    """Whether we are the foreground process group of our controlling terminal: then a Ctrl-C typed there
-    reached the launcher too (stdin may be redirected: ask /dev/tty)."""
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:  # no controlling terminal
-        return False
-    try:
-        return os.tcgetpgrp(fd) == os.getpgrp()
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    return (128 - code if code < 0 else code), stopper.status
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -282,6 +253,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help=f"show the merged timeline live while the job runs; the ranks' own output goes to {OUTPUT_NAME} "
         "in the run directory",
+    )
+    p.add_argument(
+        "--timeout",
+        metavar="S",
+        type=stop.seconds_argument,
+        help="stop the job after S seconds, each rank saying where it was (exit status 124)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        metavar="S",
+        type=stop.seconds_argument,
+        help="stop the job once no rank wrote to its log for S seconds (a hang), as --timeout does",
     )
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")

@@ -15,6 +15,7 @@ from ._clock import now_us
 from ._env import LAUNCHER_VARS, SETTINGS_SAID
 from ._env import boolean as env_boolean
 from ._env import read as read_env
+from ._env import seconds as env_seconds
 from ._identity import IDENTITY, rank_from_env
 from ._lifecycle import (
     FLUSH_INTERVAL_S,
@@ -30,7 +31,7 @@ from ._logger import LineWriter, Logger, add_processor, bind_context, get_logger
 from ._processors import PACKAGE_DIR, code_site, is_distvlog_file
 from ._rules import level_for, set_vlog_level, vlog_guard
 from ._rundir import default_run_id, log_dir
-from ._sink import SINK, append_record, content_size, trim_reserve
+from ._sink import SINK, append_record, content_size, trim_if_writer_gone, trim_reserve
 from ._stdlib import capture_stdlib
 
 _lifecycle.install()
@@ -74,6 +75,7 @@ __all__ = [
     "content_size",
     "default_run_id",
     "env_boolean",
+    "env_seconds",
     "exit_status",
     "flush",
     "get_logger",
@@ -89,6 +91,7 @@ __all__ = [
     "rank_from_env",
     "read_env",
     "set_vlog_level",
+    "trim_if_writer_gone",
     "trim_reserve",
     "unbind_context",
     "vlog_guard",

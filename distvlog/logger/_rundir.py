@@ -138,10 +138,10 @@ def _world_size_of(run_dir: Path) -> int:
 EARLIER_RUNS = 3  # how many of the log root's other runs a new rank file looks back at
 
 
-def left_by_the_dead(root: Path, run_id: str, rank: int, world_size: int, host: str) -> list[Path]:
+def earlier_rank_files(root: Path, run_id: str, rank: int, world_size: int) -> list[Path]:
     """The rank files of the latest EARLIER_RUNS other runs under `root` (by when their directories last
-    changed) that rank `rank` of `world_size` looks after, written on `host` by a process that is gone. Rank R
-    takes the files of ranks R, R + world_size, ...: a new job's ranks share the work, never on one file."""
+    changed) that rank `rank` of `world_size` looks after as its job starts (see `writer_gone`). Rank R takes
+    the files of ranks R, R + world_size, ...: a new job's ranks share the work, never on one file."""
     runs = []
     with contextlib.suppress(OSError), os.scandir(root) as entries:
         for entry in entries:
@@ -155,10 +155,10 @@ def left_by_the_dead(root: Path, run_id: str, rank: int, world_size: int, host: 
                 name = RANK_FILE_NAME.fullmatch(entry.name)
                 if name and int(name.group(1)) % world_size == rank and entry.is_file(follow_symlinks=False):
                     files.append(Path(entry.path))
-    return [path for path in files if _writer_gone(path, host)]
+    return files
 
 
-def _writer_gone(path: Path, host: str) -> bool:
+def writer_gone(path: Path, host: str) -> bool:
     """Whether the process that wrote `path` is gone for sure: its header names `host` (this one), and no
     process with its pid holds the file (none has that pid, or another program has it now). Unsure (another
     host, no header, a process this one may not look into) is not gone: a live writer's file is never cut.

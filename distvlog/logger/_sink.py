@@ -710,10 +710,19 @@ def _held(fd: int) -> int:
 def _trim_left_by_the_dead(root: Path, run_id: str) -> None:
     """The reserves that earlier runs' processes killed beyond any handler's reach (SIGKILL: Hydra's when one
     rank dies or aborts, the OOM killer's) left in their files, cut off by the next run in the same log root
-    (see `_rundir.left_by_the_dead`: a few runs, files whose writer is gone, this rank's share)."""
-    ident = IDENTITY
-    for path in _rundir.left_by_the_dead(root, run_id, ident.rank, ident.world_size, ident.host):
-        trim_reserve(path, look_back=_DEAD_TAIL_BYTES)  # (most files have no reserve: a short look tells)
+    (see `_rundir.earlier_rank_files`: a few runs, this rank's share; files whose writer is gone)."""
+    for path in _rundir.earlier_rank_files(root, run_id, IDENTITY.rank, IDENTITY.world_size):
+        trim_if_writer_gone(path)
+
+
+def trim_if_writer_gone(path: Path) -> None:
+    """Cut the reserve off `path` if the process that wrote it is gone for sure (`_rundir.writer_gone`: it
+    ran on this host and its pid runs no more, or runs another program; the trim's flock is free): for a
+    tool reading a run that a SIGKILL ended, so that grep and tail read its files as text from then on.
+    Never raises, never touches a live writer's file."""
+    with contextlib.suppress(OSError):
+        if _rundir.writer_gone(path, IDENTITY.host):
+            trim_reserve(path, look_back=_DEAD_TAIL_BYTES)  # (most files have no reserve: a short look tells)
 
 
 def content_size(path: Path) -> int:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -13,8 +12,14 @@ import pytest
 from launch_testkit import TRAIN
 
 
-def train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(Path(TRAIN).parents[1]), "DISTVLOG_LOG_DIR": str(tmp_path / "logs")}
+def train(tmp_path: Path, *args: str, path: str = "") -> subprocess.CompletedProcess:
+    """`python train.py ARGS`, with `path` first on its PYTHONPATH."""
+    source = str(Path(TRAIN).parents[1])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [path, source])),
+        "DISTVLOG_LOG_DIR": str(tmp_path / "logs"),
+    }
     return subprocess.run(
         [sys.executable, TRAIN, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
@@ -48,10 +53,12 @@ def test_a_fault_rank_beyond_the_world_is_refused_once(run_cli):
     assert proc.stderr.count("train.py: error: --inject-lr-rank 4: beyond the last rank, 1 (2 ranks)\n") == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sklearn") is not None, reason="scikit-learn is installed")
 def test_digits_without_scikit_learn_is_refused(tmp_path):
-    """--data digits needs scikit-learn: without it, train.py says so instead of training on other data."""
-    proc = train(tmp_path, "--data", "digits")
+    """--data digits needs scikit-learn: without it, train.py says so instead of training on other data.
+    (Where it is installed, a package of that name that cannot be imported hides it, as a missing one would.)"""
+    (tmp_path / "hide" / "sklearn").mkdir(parents=True)
+    (tmp_path / "hide" / "sklearn" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    proc = train(tmp_path, "--data", "digits", path=str(tmp_path / "hide"))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "train.py: error: --data digits: needs scikit-learn (pip install scikit-learn), or use --data synthetic"

@@ -435,3 +435,73 @@ def test_records_appended_while_the_writer_moves_its_windows_are_all_kept(script
     assert b"\0" not in data
     assert re.findall(rb"\] \[rank 0\] appended (\d+)\n", data) == [b"%d" % n for n in range(appended)]
     assert re.findall(rb"step i=(\d+) ", data) == [b"%d" % i for i in range(10000)]
+
+
+# -- the tools: a run read by merge, diff, report or merge --follow has its killed writers' reserves cut ------
+KILLED_ALONE = f"""{LOGGED}
+import os, signal
+os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would: no handler, no exit hook
+"""
+TOOLS = {
+    "merge": ["merge", "{run}", "-o", "{tmp}/timeline.log"],
+    "diff": ["diff", "{run}"],
+    "report": ["report", "{run}", "-o", "{tmp}/report.html"],
+    "follow": ["merge", "--follow", "{run}", "-o", "{tmp}/timeline.log", "--idle", "60"],
+}
+
+
+def _tool(scripts, name: str, run: Path) -> subprocess.CompletedProcess:
+    """`distvlog TOOL RUN` in a process of its own (not the test's: its logger would cut nothing of ours)."""
+    argv = [arg.format(run=run, tmp=scripts.tmp) for arg in TOOLS[name]]
+    return subprocess.run(
+        [sys.executable, "-m", "distvlog", *argv],
+        env=scripts.env(),
+        cwd=scripts.tmp,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT_S,
+    )
+
+
+def _grep_finds(path: Path, text: str) -> None:
+    """grep answers with the line itself, not "binary file matches": the file is text again."""
+    found = subprocess.run(["grep", text, str(path)], capture_output=True, text=True, timeout=60)
+    assert found.returncode == 0 and re.fullmatch(rf"I\S+ \S+ \d+ \S+\] \[rank \d\] {text}\n", found.stdout), found
+
+
+@pytest.mark.parametrize("tool", list(TOOLS))
+def test_a_tool_reading_a_run_cuts_the_reserve_of_a_process_killed_alone(scripts, tool):
+    """A single process SIGKILLed leaves its reserve; the first of our tools to read its run cuts it (its pid
+    is dead on this host): grep and tail see the last record at the end of the file."""
+    scripts.run(KILLED_ALONE, rc=-signal.SIGKILL)
+    (path,) = scripts.files()
+    assert _has_reserve(path)
+    proc = _tool(scripts, tool, path.parent)
+    assert "Traceback" not in proc.stderr, proc.stderr  # (diff exits 2: no record it could check)
+    _ends_with_its_last_record(path)
+    _grep_finds(path, "last words")
+
+
+def test_diff_cuts_the_reserves_of_ranks_killed_under_plain_mpirun(scripts):
+    """Rank 2 SIGKILLs itself, Hydra SIGKILLs the other two: `distvlog diff` of the run cuts all three
+    reserves, and grep finds each rank's last record."""
+    killed = _run_job(scripts, 3, KILLED_UNDER_MPIRUN, "killed.py")
+    assert killed.returncode == signal.SIGKILL, killed.stderr
+    files = scripts.files()
+    assert len(files) == 3 and all(map(_has_reserve, files))
+    _tool(scripts, "diff", files[0].parent)
+    for path in files:
+        _ends_with_its_last_record(path)
+        _grep_finds(path, "last words")
+
+
+def test_a_tool_leaves_a_live_writers_file_alone(scripts):
+    """merge of a run whose writer still logs: its reserve stays, and it logs on without harm."""
+    proc, path = _start_waiting(scripts)
+    before = path.read_bytes()
+    merged = _tool(scripts, "merge", path.parent)
+    assert merged.returncode == 0, merged.stderr
+    assert path.read_bytes() == before
+    _, err = proc.communicate("go\n", timeout=HANG_TIMEOUT_S)
+    assert proc.returncode == 0, err
+    assert [r.first for r in read_glog(path).records][-2:] == ["last words", "after"]

@@ -23,6 +23,23 @@ needs_plotly = pytest.mark.skipif(
 needs_browser = pytest.mark.skipif(available() is not None, reason=str(available()))
 # what plotly draws: a trace per rank per plot
 DRAWN = "return document.querySelectorAll('#plots .js-plotly-plot .scatterlayer .trace').length"
+# the markers a rank's traces draw in the first plot: [step, hover text, inside the plot's area]
+FIRST_PLOTS_MARKERS = """
+const gd = document.querySelector('#plots .js-plotly-plot');
+const area = gd.querySelector('.draglayer .xy .nsewdrag').getBoundingClientRect();
+const inside = r => r.width > 0 && r.left >= area.left && r.right <= area.right && r.top >= area.top
+    && r.bottom <= area.bottom;
+return [...gd.querySelectorAll('.cartesianlayer .subplot.xy .scatterlayer .trace')]
+  .filter(g => g.__data__[0].trace.name === arguments[0])
+  .flatMap(g => [...g.querySelectorAll('path.point')].map(p => {
+      const trace = g.__data__[0].trace;
+      return [p.__data__.x, (trace.hovertext || [])[p.__data__.i] ?? null, inside(p.getBoundingClientRect())];
+  }));
+"""
+STEP_AXES = (
+    "return [...document.querySelectorAll('#plots .infolayer text')]"
+    ".filter(t => /^x\\d*title$/.test(t.getAttribute('class')) && t.textContent === 'step').length"
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +62,10 @@ def nan_run(tmp_path_factory) -> Path:
 @needs_plotly
 @needs_browser
 def test_the_report_renders_with_findings_first_and_every_plot_drawn(nan_run, tmp_path, capsys):
-    """The page shows diff's first finding at the top, every plot with a line per rank, the NaN's step
-    marked, fetches nothing and logs no console error or warning."""
+    """The page shows diff's first finding at the top, then the plots of the node it names, whose NaN (a
+    norm a line or a log axis cannot draw) is a marker inside its plot at that step; every plot has a line
+    per rank, a step axis of its own and the NaN's step marked; it fetches nothing and logs no console
+    error or warning."""
     out = tmp_path / "report.html"
     assert main(["report", str(nan_run), "-o", str(out)]) == 0
     summary = capsys.readouterr().err
@@ -59,12 +78,17 @@ def test_the_report_renders_with_findings_first_and_every_plot_drawn(nan_run, tm
         order = b.run("return [...document.querySelectorAll('section')].map(s => s.id)")
         # plotly draws subplot titles and the mark as annotations
         texts = b.run("return [...document.querySelectorAll('#plots .annotation-text')].map(t => t.textContent)")
+        culprits_markers = b.run(FIRST_PLOTS_MARKERS, "rank 2")
+        step_axes = b.run(STEP_AXES)
         fetched = b.run("return performance.getEntriesByType('resource').map(e => e.name)")
         console = [e for e in b.console() if e["level"] in ("SEVERE", "WARNING")]
     assert drawn >= plots * 4  # a line per rank in every plot (the NaN makes gaps, not missing lines)
     assert first.startswith("NaN/Inf origin: rank 2 step 6 pow"), first
     assert order == ["findings", "plots"]
-    assert texts[:3] == ["step time (ms)", "allreduce wait (ms)", "loss"], texts
+    assert texts[:2] == ["gradient norm, powGradNode grad_x", "gradient norm, powGradNode grad_out"], texts
+    assert texts[2:5] == ["step time (ms)", "allreduce wait (ms)", "loss"], texts
+    assert [6, "NaN", True] in culprits_markers, culprits_markers
+    assert step_axes == plots, step_axes
     assert texts.count("NaN/Inf origin") == plots and len(texts) == 2 * plots, texts  # marked on every plot
     assert fetched == [] and console == [], (fetched, console)
 

@@ -135,6 +135,12 @@ def test_version_is_the_installed_distributions():
     assert proc.returncode == 0 and proc.stdout.split() == ["distvlog", importlib.metadata.version("distvlog")]
 
 
+def test_diffs_help_says_its_exit_codes():
+    """A script or CI step that runs `distvlog diff` branches on its exit code: --help says what each means."""
+    proc = distvlog_command("diff", "--help")
+    assert "exit status: 0 when no error is found, 1 when one is, 2 on unusable input" in " ".join(proc.stdout.split())
+
+
 def test_every_commands_help_is_whole():
     """Each command's --help ends with its options, and its description is not cut mid-sentence."""
     for name in COMMANDS:

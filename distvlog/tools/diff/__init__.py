@@ -51,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "diff",
         help="which rank went wrong, where and when: NaN origins, explosions, desync, parameters that part",
         description=__doc__.split("\n\n")[1],
+        epilog="exit status: 0 when no error is found, 1 when one is, 2 on unusable input",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, a log root (its latest run) or files")
     p.add_argument("--json", action="store_true", help="the report as JSON")

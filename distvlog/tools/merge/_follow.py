@@ -38,7 +38,7 @@ from ... import format as fmt
 from ...errors import InputError
 from ...wording import per_rank, plural, ranks_text
 from ..output import write_all
-from ..read import Clock, Record, from_glog, from_json, restamp
+from ..read import Clock, Record, from_glog, from_json, restamp, trim_left_by_the_dead
 from . import _filters
 
 LATE_FIELD = "late_us"
@@ -362,6 +362,7 @@ class Follow:
             self._read(tail, now)
             if look and tail.check_process(now):
                 self.say(f"rank {tail.rank} (pid {tail.meta.get('pid')}) is gone without its end record (killed?)")
+                trim_left_by_the_dead([tail.path])
         self._release(self._cut(now))
 
     def drain(self, now: float) -> None:

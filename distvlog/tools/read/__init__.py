@@ -17,7 +17,7 @@ from __future__ import annotations
 from ._arena import Arena, Slot
 from ._block import Block, Counts
 from ._bytes import restamp, take
-from ._files import parse_int_list, resolve_inputs
+from ._files import parse_int_list, resolve_inputs, trim_left_by_the_dead
 from ._header import Clock
 from ._notes import Warn, after_reading, ignore, say_runs_read, skipped_text, total, warner
 from ._open import add_input_arguments, open_inputs, open_sources, read_records
@@ -50,5 +50,6 @@ __all__ = [
     "skipped_text",
     "take",
     "total",
+    "trim_left_by_the_dead",
     "warner",
 ]

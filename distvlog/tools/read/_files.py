@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,6 +151,29 @@ def resolve_inputs(args: list[str]) -> list[InputFile]:
             parent = named.get((path.parent.resolve(), match.group(1), None))
         files.append(InputFile(path, int(match.group(1)) if match else None, parent))
     return files
+
+
+def trim_left_by_the_dead(paths: Iterable[Path]) -> None:
+    """Cut the reserve (the NUL bytes a rank file ends with while its writer lives) off the files whose
+    writer died without settling them (SIGKILL under plain `mpirun`, or alone) and is provably gone, so that
+    grep and tail read them as text; a live writer's file is left as it is. The logger owns the rule, and
+    is loaded only for a file that ends with a NUL byte: a running or killed job's."""
+    padded = [path for path in paths if _ends_with_nul(path)]
+    if padded:
+        from ...logger import trim_if_writer_gone
+
+        for path in padded:
+            trim_if_writer_gone(path)
+
+
+def _ends_with_nul(path: Path) -> bool:
+    """(An input file: resolve_inputs has checked it is a regular file, never a FIFO that would block.)"""
+    try:
+        with open(path, "rb", buffering=0) as file:
+            file.seek(-1, os.SEEK_END)
+            return file.read(1) == b"\0"
+    except OSError:  # (empty, or gone meanwhile)
+        return False
 
 
 def open_input(file: InputFile) -> ByteStream:

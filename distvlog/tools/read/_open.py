@@ -12,7 +12,7 @@ import numpy as np
 
 from ...errors import InputError
 from . import _runs
-from ._files import BadFile, InputFile, parse_rank_of, rank_given, resolve_inputs
+from ._files import BadFile, InputFile, parse_rank_of, rank_given, resolve_inputs, trim_left_by_the_dead
 from ._notes import Warn, ignore
 from ._record import Record
 from ._source import Source
@@ -28,6 +28,7 @@ def open_sources(
     """
     rank_of = rank_of or {}
     files = resolve_inputs(paths)
+    trim_left_by_the_dead(f.path for f in files if f.name_rank is not None and not f.gz)
     for key in rank_of:
         if not any(rank_given({key: 0}, f.path) is not None for f in files):
             raise InputError(f"--rank-of {key}: not one of the input files")

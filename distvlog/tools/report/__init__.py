@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import argparse
 import html
+import math
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 from ...errors import InputError
 from ...wording import plural, ranks_text
 from ..diff import Report, analyse, line, load
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
-from ._series import Panel, panels
+from ._series import Panel, culprit_first, panels
 
 PALETTE_SIZE = 24  # plotly's Dark24: a colour per rank up to 24 ranks, then they repeat
+PLOT_PX = 260  # each plot's height
+GAP_PX = 90  # between plots: room for each one's step axis and the next one's title
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     say_runs_read("report", args.paths)
     logs = load(args.paths, warner("report"))
     report = analyse(logs)
-    drawn = panels(logs, args.paths)
+    drawn = culprit_first(panels(logs, args.paths), report, logs)
     page = render(report, drawn, " ".join(args.paths))
     with output(args.output, [f.path for f in resolve_inputs(args.paths)]) as fd:
         write_all(fd, page.encode("utf-8"))
@@ -71,38 +76,52 @@ def _culprits(report: Report) -> set[int]:
 
 
 def figure_html(report: Report, drawn: list[Panel]) -> str:
-    import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
     if not drawn:
         return "<p>No per-step data to plot.</p>"
     titles = [p.title + (f" ({p.unit})" if p.unit else "") for p in drawn]
+    height = PLOT_PX * len(drawn) + 120
     fig = make_subplots(
-        rows=len(drawn), cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.3 / len(drawn)
+        rows=len(drawn), cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=GAP_PX / height
     )
     culprits, shown = _culprits(report), set()
     for row, panel in enumerate(drawn, 1):
+        scale = _Scale.of(panel)
         for rank, by_step in sorted(panel.series.items()):
             if not by_step:
                 continue
             steps = sorted(by_step)
+            trace = _RankTrace(rank, qualitative.Dark24[rank % PALETTE_SIZE])
             fig.add_trace(
-                go.Scatter(
-                    x=steps,
-                    y=[by_step[s] for s in steps],
+                trace(
+                    steps,
+                    [scale.drawn(by_step[s]) for s in steps],
                     mode="lines",
-                    name=f"rank {rank}",
-                    legendgroup=str(rank),
                     showlegend=rank not in shown,
-                    line={"color": qualitative.Dark24[rank % PALETTE_SIZE], "width": 3 if rank in culprits else 1},
+                    line={"color": trace.colour, "width": 3 if rank in culprits else 1},
                 ),
                 row,
                 1,
             )
+            special = [s for s in steps if scale.is_special(by_step[s])]
+            if special:  # NaN, Inf (and 0 on a log axis) as markers on a band of their own: never a gap
+                symbols = [_symbol(by_step[s]) for s in special]
+                fig.add_trace(
+                    trace(
+                        special,
+                        [scale.band(by_step[s]) for s in special],
+                        mode="markers",
+                        showlegend=False,
+                        hovertext=[_value_text(by_step[s]) for s in special],
+                        marker={"color": trace.colour, "size": 9, "symbol": symbols},
+                    ),
+                    row,
+                    1,
+                )
             shown.add(rank)
-        if panel.log_y:
-            fig.update_yaxes(type="log", row=row, col=1)
+        scale.axes(fig, row, panel)
     for step, label in _marks(report):
         fig.add_vline(
             x=step,
@@ -111,14 +130,95 @@ def figure_html(report: Report, drawn: list[Panel]) -> str:
             annotation_text=html.escape(label),
             annotation_position="top right",
         )
-    fig.update_xaxes(title_text="step", row=len(drawn), col=1)
+    fig.update_xaxes(title_text="step", title_standoff=4, showticklabels=True)  # each plot its own step axis
     fig.update_layout(
-        height=260 * len(drawn) + 120,
+        height=height,
         margin={"t": 60, "l": 60, "r": 20, "b": 40},
         hovermode="x unified",
         legend={"title": {"text": "ranks (bold: named above)"}},
     )
     return fig.to_html(full_html=False, include_plotlyjs=True, config={"displaylogo": False})
+
+
+@dataclass
+class _RankTrace:
+    """A rank's traces: its name, legend group and colour."""
+
+    rank: int
+    colour: str
+
+    def __call__(self, x: list[int], y: list, **style: Any) -> Any:
+        import plotly.graph_objects as go
+
+        return go.Scatter(x=x, y=y, name=f"rank {self.rank}", legendgroup=str(self.rank), **style)
+
+
+def _value_text(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("Inf" if value > 0 else "-Inf") if math.isinf(value) else f"{value:g}"
+
+
+def _symbol(value: float) -> str:
+    return "x" if math.isnan(value) else "triangle-up" if math.isinf(value) else "circle-open"
+
+
+@dataclass
+class _Scale:
+    """A panel's y axis: log where its finite values are all positive or zero and some positive, else linear;
+    where it draws the values a line cannot (NaN, Inf; 0 on a log axis): a band above the finite values
+    (NaN/Inf) and one below them (0), each drawn where the panel has such values."""
+
+    log: bool
+    high: float  # where NaN and Inf are drawn
+    low: float  # where 0 is drawn on a log axis
+    bands: list[tuple[float, str]]
+
+    @classmethod
+    def of(cls, panel: Panel) -> _Scale:
+        values = [v for series in panel.series.values() for v in series.values()]
+        finite = [v for v in values if math.isfinite(v)]
+        positive = [v for v in finite if v > 0]
+        if panel.log_y and positive and min(finite) >= 0:
+            log, high, low = True, max(positive) * 10, min(positive) / 10
+        else:
+            top, bottom = max(finite, default=0.0), min(finite, default=0.0)
+            log, high, low = False, top + max(top - bottom, abs(top), 1.0) * 0.2, 0.0
+        bands = [(high, "NaN/Inf")] if len(finite) < len(values) else []
+        bands += [(low, "0")] if log and len(positive) < len(finite) else []
+        return cls(log, high, low, bands)
+
+    def is_special(self, value: float) -> bool:
+        return not math.isfinite(value) or (self.log and value <= 0)
+
+    def drawn(self, value: float) -> float | None:
+        return None if self.is_special(value) else value
+
+    def band(self, value: float) -> float:
+        return self.high if not math.isfinite(value) else self.low
+
+    def axes(self, fig: Any, row: int, panel: Panel) -> None:
+        """The axis type, and each band as a dotted line across the panel's steps, labelled at its end (a
+        trace, not a shape: plotly sizes a log axis for shapes as if their place were a value)."""
+        import plotly.graph_objects as go
+
+        if self.log:
+            fig.update_yaxes(type="log", row=row, col=1)
+        steps = [step for series in panel.series.values() for step in series]
+        for y, label in self.bands:
+            fig.add_trace(
+                go.Scatter(
+                    x=[min(steps), max(steps)],
+                    y=[y, y],
+                    mode="lines+text",
+                    text=["", label],
+                    textposition="top left",
+                    textfont={"size": 10, "color": "#666"},
+                    line={"dash": "dot", "color": "#999", "width": 1},
+                    hoverinfo="skip",
+                    showlegend=False,
+                ),
+                row,
+                1,
+            )
 
 
 def findings_html(report: Report) -> str:

@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ... import format as fmt
-from ..diff import Logs
+from ..diff import Logs, Report
 from ..read import open_sources, read_records
 
 _LOSS = fmt.field_pattern(fmt.LOSS)
@@ -21,15 +21,17 @@ class Panel:
     unit: str
     series: Series
     log_y: bool = False
+    op: str | None = None  # a guarded node's panel: its op (the node's name without its counter) and slot
+    slot: str | None = None
 
 
 @dataclass
 class Panels:
     panels: list[Panel] = field(default_factory=list)
 
-    def add(self, title: str, unit: str, series: Series, log_y: bool = False) -> None:
+    def add(self, title: str, unit: str, series: Series, log_y: bool = False, **node: str) -> None:
         if any(series.values()):
-            self.panels.append(Panel(title, unit, series, log_y))
+            self.panels.append(Panel(title, unit, series, log_y, **node))
 
 
 def step_times(logs: Logs) -> Series:
@@ -62,13 +64,13 @@ def bucket_norms(logs: Logs) -> dict[int, Series]:
     return out
 
 
-def node_norms(logs: Logs) -> dict[str, Series]:
-    """`linearGradNode grad_weight` (op without its counter, and slot) -> its first norm per rank and step;
-    NaN where the gradient held NaN or Inf (a gap in the plot)."""
-    out: dict[str, Series] = defaultdict(lambda: defaultdict(dict))
+def node_norms(logs: Logs) -> dict[tuple[str, str], Series]:
+    """(op without its counter, slot) -> its first norm per rank and step; NaN where the gradient held NaN or
+    Inf."""
+    out: dict[tuple[str, str], Series] = defaultdict(lambda: defaultdict(dict))
     for rank, mine in logs.ranks.items():
         for s in mine.stats:
-            out[f"{s.op} {s.slot}"][rank].setdefault(s.step, s.norm if s.finite else math.nan)
+            out[s.op, s.slot][rank].setdefault(s.step, s.norm if s.finite else math.nan)
     return out
 
 
@@ -90,6 +92,19 @@ def panels(logs: Logs, paths: list[str]) -> list[Panel]:
     found.add("loss", "", losses(paths))
     for bucket, series in sorted(bucket_norms(logs).items()):
         found.add(f"local gradient norm, bucket {bucket}", "", series, log_y=True)
-    for name, series in sorted(node_norms(logs).items()):
-        found.add(f"gradient norm, {name}", "", series, log_y=True)
+    for (op, slot), series in sorted(node_norms(logs).items()):
+        found.add(f"gradient norm, {op} {slot}", "", series, log_y=True, op=op, slot=slot)
     return found.panels
+
+
+def culprit_first(drawn: list[Panel], report: Report, logs: Logs) -> list[Panel]:
+    """The plots of the node the first error names (a NaN's origin, an explosion's start) first: its slot's,
+    then the node's other slots; the rest as they were."""
+    first = report.errors[0] if report.errors else None
+    node, rank = getattr(first, "node", None), getattr(first, "rank", None)
+    mine = logs.ranks.get(rank) if isinstance(rank, int) else None
+    op = next((s.op for s in mine.stats if s.node == node), None) if mine is not None and node else None
+    if op is None:
+        return drawn
+    slot = getattr(first, "slot", None)
+    return sorted(drawn, key=lambda p: 0 if (p.op, p.slot) == (op, slot) else 1 if p.op == op else 2)
