@@ -4,24 +4,16 @@ against hangs (never a limit on how fast anything must be)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from launch_testkit import HANG_TIMEOUT_S, job_env
 
 from distvlog.launch.command import find_launcher, launcher_kind, mpi_command
 
-REPO = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).with_name("mpi_jobs.py")
-HANG_TIMEOUT_S = 240
-
-
-def _env(tmp_path: Path, extra: dict[str, str] | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
-    env.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp_path / "logs"), **(extra or {}))
-    return env
 
 
 @pytest.fixture
@@ -33,7 +25,7 @@ def run_mpi(tmp_path: Path):
     def run(n: int, mode: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         cmd = mpi_command(launcher, kind, n, {}, None) + [sys.executable, str(JOBS), mode, *args]
         return subprocess.run(
-            cmd, env=_env(tmp_path, env), cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S
+            cmd, env=job_env(tmp_path, env), cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S
         )
 
     return run
@@ -61,7 +53,7 @@ def run_cli(tmp_path: Path):
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "distvlog", *args],
-            env=_env(tmp_path, env),
+            env=job_env(tmp_path, env),
             cwd=tmp_path,
             capture_output=True,
             text=True,
@@ -80,7 +72,7 @@ def start_cli(tmp_path: Path):
         started.append(
             subprocess.Popen(
                 [sys.executable, "-m", "distvlog", *args],
-                env=_env(tmp_path, env),
+                env=job_env(tmp_path, env),
                 cwd=tmp_path,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -103,7 +95,9 @@ def start_job(tmp_path: Path):
 
     def start(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         started.append(
-            subprocess.Popen(cmd, env=_env(tmp_path, env), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            subprocess.Popen(
+                cmd, env=job_env(tmp_path, env), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
         )
         return started[-1]
 

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-TRAIN = str(Path(__file__).resolve().parents[2] / "launch" / "train.py")
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = str(REPO / "launch" / "train.py")
+HANG_TIMEOUT_S = 240  # against hangs only: never a limit on how fast anything must be
+
+
+def job_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without distvlog's and glog's settings, the repository importable, logs under `tmp`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
+    env.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp / "logs"), **(extra or {}))
+    return env
 
 
 def run_dir_of(proc) -> Path:
@@ -21,19 +31,16 @@ def losses(stdout: str) -> list[float]:
 def launch_train(tmp: Path, n: int, *args: str) -> Path:
     """The run directory of `distvlog launch -n N launch/train.py ARGS` with logs under `tmp` (which must
     succeed): for tests that read a real run's logs."""
-    import os
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
-    env.update(PYTHONPATH=str(Path(TRAIN).parents[1]), DISTVLOG_LOG_DIR=str(tmp / "logs"))
     proc = subprocess.run(
         [sys.executable, "-m", "distvlog", "launch", "-n", str(n), TRAIN, *args],
-        env=env,
+        env=job_env(tmp),
         cwd=tmp,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=HANG_TIMEOUT_S,
     )
     assert proc.returncode == 0, proc.stderr
     return run_dir_of(proc)

@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HANG_TIMEOUT_S, _env
-from launch_testkit import TRAIN
+from launch_testkit import HANG_TIMEOUT_S, TRAIN, job_env
 
 from distvlog.logger import content_size
 
@@ -62,7 +61,7 @@ class Terminal:
         master, slave = os.openpty()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "distvlog", *args],
-            env=_env(tmp_path, None),
+            env=job_env(tmp_path, None),
             cwd=tmp_path,
             stdin=slave,
             stdout=slave,
