@@ -40,10 +40,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..autograd.graphviz import dump_dir
-from ..autograd.node import Site, tensor_name
-from ..autograd.nodelog import ENGINE
 from ..logger import level_for, vlog_rules
+from ..nodelog import ENGINE, Site, dump_dir, tensor_name
 from . import _names
 from ._capture import TorchCapture
 from ._nodelog import LeafHook, leaf_name, leaf_prehook, numpy_dtype, posthook, prehook, report_failure

@@ -26,9 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..autograd.node import ACCUMULATION, NodeView, Site, shape_text, tensor_name
-from ..autograd.nodelog import ENGINE, NodeLog
 from ..logger import flush, get_logger, level_for
+from ..nodelog import ENGINE, NOT_READ, NodeLog, NodeView, Site, shape_text, tensor_name
 from . import _names
 from ._tag import KEY, Tag
 
@@ -210,6 +209,10 @@ class TorchNode(NodeView):
         self.saved: list[np.ndarray] = []
         self.attrs: dict[str, Any] = {}
         for attr, name in plan:
+            if _packed(getattr(fn, "_raw" + attr, None)):
+                saves.append(name)  # shown as not read
+                self.saved.append(NOT_READ)
+                continue
             try:
                 value = getattr(fn, attr)
             except RuntimeError:  # changed in place since, or released: the backward itself says so
@@ -225,13 +228,24 @@ class TorchNode(NodeView):
         return f"{self.name}(0x{id(self.fn):x})"
 
 
+def _packed(raw: Any) -> bool:
+    """Whether a saved tensor went through a `saved_tensors_hooks` pack hook (activation checkpointing,
+    `save_on_cpu`, offloading): unpacking it is the hook's to do, once (checkpointing's recompute raises on a
+    second unpack), so the node log leaves it unread."""
+    if raw is None:
+        return False
+    if isinstance(raw, (list, tuple)):
+        return any(_packed(r) for r in raw)
+    return getattr(raw, "unpack_hook", None) is not None
+
+
 class LeafNode(NodeView):
     """A leaf created inside a guard, read as our GradNodeAccumulation (labelled by torch's AccumulateGrad
     node, which runs the leaf's hooks, under autograd.grad() too)."""
 
     __slots__ = ("hook", "fn", "out_name", "out_shape", "out_dtype")
-    op, seq, edges, saved, attrs, in_meta = ACCUMULATION, 0, (), (), {}, ()
-    name = "GradNodeAccumulation"
+    op, seq, edges, saved, attrs, in_meta = op_of("accumulation", ("grad",), ()), 0, (), (), {}, ()
+    name, accumulates = "GradNodeAccumulation", True
     backend = "torch"
 
     def __init__(self, hook: LeafHook, grad: np.ndarray) -> None:

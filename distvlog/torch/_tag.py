@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..autograd.node import Site
+from ..nodelog import Site
 from . import _names
 
 KEY = "distvlog"  # the tag's key in node.metadata
