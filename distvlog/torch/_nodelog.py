@@ -292,6 +292,8 @@ def prehook(grad_outputs: tuple) -> None:
         level = _level(tag.level)
         if level < 3:
             return  # (hooked while the engine's level logged, which it no longer does)
+        if tag.torch_name == _COMPILED and not _said:
+            _say_compiled(fn)
         state = _pass()
         array = state.array(grad)
         nlog = NodeLog(TorchNode(fn, tag, array, state), level, state.id, state.stats, torch_node=tag.torch_name)
@@ -357,6 +359,21 @@ def leaf_prehook(grad_outputs: tuple) -> None:
             _current_node().metadata[KEY](grad_outputs[0])
     except Exception as exc:
         report_failure("leaf pre-hook", exc)
+
+
+_COMPILED = "CompiledFunctionBackward"
+_said: list[str] = []
+
+
+def _say_compiled(fn: Any) -> None:
+    """Once per process: a torch.compile'd region runs as one node, logged as one."""
+    _said.append(_COMPILED)
+    _log.info(
+        f"distvlog.torch: {fn.name()}(0x{id(fn):x}) is a torch.compile'd region run as one backward node: it "
+        "logs as one (its gradients in and out), not op by op; to see its ops node by node, run the region "
+        "eagerly (torch.compiler.disable on it, or TORCHDYNAMO_DISABLE=1)",
+        node=fn.name(),
+    )
 
 
 # -- failures: said once, counted --------------------------------------------------------------------------
