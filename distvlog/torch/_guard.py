@@ -45,7 +45,7 @@ from ..nodelog import ENGINE, Site, dump_dir, tensor_name
 from . import _names
 from ._capture import TorchCapture
 from ._nodelog import LeafHook, leaf_name, leaf_prehook, numpy_dtype, posthook, prehook, report_failure
-from ._tag import CAPTURED, KEY, SILENT, Tag
+from ._tag import CAPTURED, KEY, SILENT, Caller, Tag, caller_here
 
 _ACCUMULATE_SEQ = (1 << 64) - 1  # AccumulateGrad's _sequence_nr(): never "created since"
 _BACKWARD = frozenset((torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad))
@@ -173,7 +173,9 @@ def _hook_graph(args: tuple, kwargs: dict | None, state: _State) -> None:
         if _is_compiling():
             return
         unseen, state.unseen = state.unseen, []
-        wide = level_for(ENGINE) >= 3
+        caller = caller_here()
+        caller.level = level_for(ENGINE)
+        wide = caller.level >= 3
         if not unseen and not wide:
             return
         roots = args[0] if args else (kwargs or {}).get("tensors", (kwargs or {}).get("outputs"))
@@ -188,7 +190,11 @@ def _hook_graph(args: tuple, kwargs: dict | None, state: _State) -> None:
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if KEY not in node.metadata:  # (a guard's node, or one already hooked, keeps its tag)
+            tag = node.metadata.get(KEY)
+            if tag is not None:  # a guard's node, or one hooked before: this backward's caller is its caller
+                if getattr(tag, "level", 0) is None:
+                    tag.caller = caller
+            else:
                 seq = node._sequence_nr()
                 if seq == _ACCUMULATE_SEQ:
                     if wide and id(node.variable) not in _guarded_leaves:
@@ -205,9 +211,9 @@ def _hook_graph(args: tuple, kwargs: dict | None, state: _State) -> None:
                 _tag_nodes(made, level)
             else:
                 _mark_silent(made)
-        _tag_nodes(nodes, None)
+        _tag_nodes(nodes, None, caller=caller)
         for node in leaves:
-            node.metadata[KEY] = LeafHook(None, None, leaf_name(node.variable))
+            node.metadata[KEY] = LeafHook(None, None, leaf_name(node.variable), caller)
             node.register_prehook(leaf_prehook)
         if unseen:
             state.update()  # (the mode may have stayed for them only)
@@ -256,13 +262,14 @@ def _walk(fn: Any, start: int, created: list, key: str, mark: Any) -> None:
                 todo.append(nxt)
 
 
-def _tag_nodes(created: list, level: int | None, site: Site | None = None) -> None:
+def _tag_nodes(created: list, level: int | None, site: Site | None = None, caller: Caller | None = None) -> None:
     """Tag the nodes one call created, numbered in creation order, with the user's forward line when known
     (which only level 5's grad_stats print). Level None: the engine's, when the node runs."""
     if len(created) > 1:
         created.sort(key=_first)
     for _, node in created:
-        node.metadata[KEY] = Tag(level, node.name(), site)
+        tag = node.metadata[KEY] = Tag(level, node.name(), site)
+        tag.caller = caller
         node.register_prehook(prehook)
         node.register_hook(posthook)
 
@@ -376,6 +383,7 @@ def _on_top(mode: _Tagger | None) -> bool:
 def _sync_level() -> None:
     """The rules in force in this thread changed: the mode goes in or out with the engine's level."""
     try:
+        caller_here().level = level_for(ENGINE)
         _state().update()
     except Exception as exc:  # a change of verbosity never fails for the adapter's sake
         report_failure("verbosity change", exc)

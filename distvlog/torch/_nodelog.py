@@ -29,7 +29,7 @@ import torch
 from ..logger import flush, get_logger, level_for
 from ..nodelog import ENGINE, NOT_READ, NodeLog, NodeView, Site, shape_text, tensor_name
 from . import _names
-from ._tag import KEY, Tag
+from ._tag import KEY, Caller, Tag, engine_level
 
 _current_node = torch._C._current_autograd_node
 _graph_task_id = torch._C._current_graph_task_id
@@ -54,9 +54,13 @@ def leaf_name(t: torch.Tensor) -> str:
     return _leaf_names.get(id(t), "None")
 
 
-def _level(tagged: int | None) -> int:
-    """The level a node logs at: its guard's, else (level None) the engine's now."""
-    return tagged if tagged is not None else level_for(ENGINE)
+def _level(tagged: int | None, caller: Caller | None) -> int:
+    """The level a node logs at: its guard's, else (level None) the engine's of its backward's calling thread."""
+    return tagged if tagged is not None else engine_level(caller, _engine_level)
+
+
+def _engine_level() -> int:
+    return level_for(ENGINE)
 
 
 # -- tensors as the node log reads them --------------------------------------------------------------------
@@ -289,7 +293,7 @@ def prehook(grad_outputs: tuple) -> None:
                 return  # nothing reached it: it sends nothing either
         fn = _current_node()
         tag = fn.metadata[KEY]
-        level = _level(tag.level)
+        level = _level(tag.level, tag.caller)
         if level < 3:
             return  # (hooked while the engine's level logged, which it no longer does)
         if tag.torch_name == _COMPILED and not _said:
@@ -332,14 +336,14 @@ class LeafHook:
     """The tensor hook of a leaf created inside a guard (or, level None, the pre-hook data of a parameter's
     AccumulateGrad hooked for the engine's level): its gradient, logged as GradNodeAccumulation's."""
 
-    __slots__ = ("level", "site", "name", "__weakref__")
+    __slots__ = ("level", "site", "name", "caller", "__weakref__")
 
-    def __init__(self, level: int | None, site: Site | None, name: str) -> None:
-        self.level, self.site, self.name = level, site, name
+    def __init__(self, level: int | None, site: Site | None, name: str, caller: Caller | None = None) -> None:
+        self.level, self.site, self.name, self.caller = level, site, name, caller
 
     def __call__(self, grad: torch.Tensor) -> None:
         try:
-            level = _level(self.level)
+            level = _level(self.level, self.caller)
             if level < 3:
                 return
             state = _pass()

@@ -244,3 +244,65 @@ def test_gradients_are_identical_with_and_without_distvlog(case, records, proces
             assert any(r["node"].startswith("compiled_function") for r in logged), mode
     if case in (ckpt_nonreentrant, ckpt_nested, saved_tensor_hooks):  # (reentrant checkpointing saves nothing)
         assert any("not read: packed by a saved_tensors_hooks hook" in str(r["event"]) for r in records)
+
+
+# -- levels and threads ------------------------------------------------------------------------------------
+def _backward_in_thread(loss: torch.Tensor, engine: int | None) -> int:
+    """`loss.backward()` run by another thread (at engine level `engine` there); that thread's native id."""
+    import threading
+
+    tid: list[int] = []
+
+    def run() -> None:
+        tid.append(threading.get_native_id())
+        with dvt.vlog_guard({"engine": engine}) if engine is not None else contextlib.nullcontext():
+            loss.backward()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(timeout=120)
+    return tid[0]
+
+
+def test_a_backward_run_from_another_thread_logs_at_that_threads_engine_level(records):
+    """A graph made by this thread (engine level 0) and run backward by another at engine level 5: its nodes
+    log at 5, and the records say the other thread ran them."""
+    x = torch.randn(3, 3, requires_grad=True)
+    loss = (x.sin() * 2).sum()
+    tid = _backward_in_thread(loss, 5)
+    mine = [r for r in records if r.get("node")]
+    assert {r["node"] for r in mine} >= {"sin1GradNode", "multiply1GradNode"} or any(
+        r["node"].startswith("sin") for r in mine
+    )
+    assert {r["v"] for r in mine} >= {3, 4, 5}
+    assert {r["tid"] for r in mine} == {tid}
+
+
+def test_guarded_nodes_log_at_their_guards_level_whichever_thread_runs_them(records):
+    """Nodes a guard tagged here at level 4, run backward by a thread whose engine level is 0: they log at 4,
+    in that thread."""
+    x = torch.randn(3, 3, requires_grad=True)
+    with dvt.backward_vlog_guard(4):
+        loss = x.cos().sum()
+    tid = _backward_in_thread(loss, None)
+    mine = [r for r in records if r.get("node")]
+    assert mine and max(r["v"] for r in mine) == 4
+    assert {r["tid"] for r in mine} == {tid}
+
+
+def test_a_guard_inside_a_compiled_function_breaks_no_graph(records):
+    """torch.compile traces through a guard inside the function (it steps aside while compiling)."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+
+    @torch.compile(backend="eager", fullgraph=True)  # fullgraph: a graph break would raise
+    def f(x):
+        with dvt.backward_vlog_guard(4):
+            y = x.tanh() * 3
+        return y.sum()
+
+    x = torch.randn(4, requires_grad=True)
+    f(x).backward()
+    assert torch.allclose(x.grad, 3 * (1 - x.detach().tanh() ** 2))
+    assert not counters["graph_break"]
