@@ -29,6 +29,7 @@ import torch
 from ..logger import flush, get_logger, level_for
 from ..nodelog import ENGINE, NOT_READ, NodeLog, NodeView, Site, shape_text, tensor_name
 from . import _names
+from ._device import PENDING
 from ._tag import KEY, Caller, Tag, engine_level
 
 _current_node = torch._C._current_autograd_node
@@ -125,6 +126,7 @@ def _pass() -> _Pass:
 def _end_pass(task: int) -> None:
     """The pass is over: its records reach the file, as at the end of each of our engine's passes."""
     _passes.pop(task, None)
+    PENDING.drain()  # (DDP's statistics that arrived meanwhile)
     flush()
 
 

@@ -306,3 +306,83 @@ def test_a_guard_inside_a_compiled_function_breaks_no_graph(records):
     f(x).backward()
     assert torch.allclose(x.grad, 3 * (1 - x.detach().tanh() ** 2))
     assert not counters["graph_break"]
+
+
+# -- statistics computed on the device, logged when they arrive ---------------------------------------------
+def test_device_statistics_match_the_hosts_and_arrive_in_order():
+    """The device path (run here on CPU tensors): norm, NaN/Inf counts, min, max and mean as the host's
+    grad_stats gives them; a checksum equal for equal bytes and changed by swapping two elements; the requests
+    emitted in the order they were made."""
+    from distvlog.nodelog import grad_stats
+    from distvlog.torch._device import DeviceStats, DeviceValues, device_stats
+
+    t = torch.randn(33, 7)
+    t[3, 2], t[5, 1] = float("nan"), float("-inf")
+    got, want = DeviceValues(device_stats(t)), grad_stats(t.numpy())
+    assert (got.nan, got.inf) == (want["nan"], want["inf"]) == (1, 1)
+    for key in ("norm", "min", "max", "mean"):
+        assert getattr(got, key) == pytest.approx(want[key], rel=1e-5), key
+    swapped = t.clone()
+    swapped[0, 0], swapped[0, 1] = t[0, 1], t[0, 0]
+    assert (
+        DeviceValues(device_stats(t.clone())).checksum == got.checksum != DeviceValues(device_stats(swapped)).checksum
+    )
+    queue, seen = DeviceStats(), []
+    for i in range(3):
+        queue.submit([torch.full((4,), float(i))], lambda values, i=i: seen.append((i, values[0].max)))
+    queue.drain(wait=True)
+    assert seen == [(0, 0.0), (1, 1.0), (2, 2.0)]
+
+
+DDP_JOB = """
+import os, sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import distvlog.torch as dvt
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+torch.manual_seed(0)
+model = dvt.log_ddp(DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    model(torch.randn(4, 8)).square().sum().backward()
+    opt.step()
+    opt.zero_grad()
+dvt.finalize()
+"""
+
+
+def test_ddp_records_through_the_device_path_match_the_host_path(tmp_path):
+    """The same one-rank DDP job with DISTVLOG_DEVICE_STATS=1 (statistics on the device, copied
+    asynchronously) and without: the same allreduce records in the same order, the same norms, a checksum per
+    bucket and one digest per parameter each step."""
+    import json
+    import os as _os
+
+    runs = {}
+    for forced in ("0", "1"):
+        logs = tmp_path / f"logs{forced}"
+        env = {
+            **_os.environ,
+            "DISTVLOG_LOG_DIR": str(logs),
+            "DISTVLOG_FORMAT": "jsonl",
+            "DISTVLOG_DEVICE_STATS": forced,
+        }
+        env = {k: v for k, v in env.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+        done = subprocess.run(
+            [sys.executable, "-c", DDP_JOB, str(tmp_path / f"store{forced}")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        (path,) = [p for p in logs.glob("*/rank-0.jsonl") if not p.parent.is_symlink()]
+        runs[forced] = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+    shape = {}
+    for forced, records in runs.items():
+        shape[forced] = [
+            (r["event"], r.get("step"), r.get("bucket"), round(r.get("norm", 0.0), 5), len(r.get("digests", ())))
+            for r in records
+            if r["event"] in ("allreduce begin", "allreduce end", "parameters")
+        ]
+        assert all(len(r["checksum"]) == 16 for r in records if "checksum" in r)
+    assert shape["1"] == shape["0"] and len(shape["0"]) >= 3 * 3
