@@ -29,7 +29,7 @@ import torch
 from ..logger import flush, get_logger, level_for
 from ..nodelog import ENGINE, NOT_READ, NodeLog, NodeView, Site, shape_text, tensor_name
 from . import _names
-from ._device import PENDING
+from ._device import PENDING, on_device
 from ._tag import KEY, Caller, Tag, engine_level
 
 _current_node = torch._C._current_autograd_node
@@ -86,6 +86,11 @@ def as_array(t: torch.Tensor) -> np.ndarray:
         return t.numpy() if t.dtype != torch.bfloat16 else t.float().numpy()
 
 
+def _shadow(t: torch.Tensor) -> np.ndarray:
+    """An array of `t`'s shape and dtype holding no data (one zero, repeated)."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, numpy_dtype(t.dtype)), tuple(t.shape), (0,) * t.dim())
+
+
 class _Pass:
     """What the tagged nodes of one backward pass share (see the module docstring)."""
 
@@ -94,12 +99,15 @@ class _Pass:
     def __init__(self, pass_id: int) -> None:
         self.id = pass_id
         self.stats: dict[int, tuple] = {}  # NodeLog's: id(array) -> (array, grad_stats)
-        self.arrays: dict[int, tuple[torch.Tensor, np.ndarray]] = {}  # id(tensor) -> (tensor, its array)
+        self.arrays: dict[int, tuple[torch.Tensor, np.ndarray, bool]] = {}  # id(tensor) -> (tensor, array, shadow)
 
-    def array(self, t: torch.Tensor) -> np.ndarray:
+    def array(self, t: torch.Tensor, level: int) -> np.ndarray:
+        """`t` as the node log reads it at `level`. A device tensor below level 5, where only its shape and
+        dtype print, is not copied: a copy would wait for the device at every node."""
         held = self.arrays.get(id(t))
-        if held is None:
-            held = self.arrays[id(t)] = (t, as_array(t))  # (the tensor is held: its id is not reused meanwhile)
+        if held is None or held[2] and level >= 5:
+            shadow = level < 5 and on_device(t)
+            held = self.arrays[id(t)] = (t, _shadow(t) if shadow else as_array(t), shadow)
         return held[1]
 
     def release(self, t: torch.Tensor) -> None:
@@ -195,7 +203,7 @@ class TorchNode(NodeView):
     __slots__ = ("fn", "name", "seq", "op", "edges", "saved", "attrs", "site", "out_shape", "out_dtype")
     backend = "torch"
 
-    def __init__(self, fn: Any, tag: Tag, grad: np.ndarray, state: _Pass) -> None:
+    def __init__(self, fn: Any, tag: Tag, grad: np.ndarray, state: _Pass, level: int) -> None:
         self.fn, self.name, self.seq, self.site = fn, tag.name, tag.seq, tag.site
         self.out_shape, self.out_dtype = grad.shape, grad.dtype
         edges: list[Neighbour | None] = []
@@ -225,7 +233,7 @@ class TorchNode(NodeView):
                 continue
             if isinstance(value, torch.Tensor):
                 saves.append(name)
-                self.saved.append(state.array(value))
+                self.saved.append(state.array(value, level))
             elif type(value) in (int, float, bool):
                 self.attrs[name] = value
         self.op = op_of(tag.op, inputs, tuple(saves))
@@ -301,8 +309,8 @@ def prehook(grad_outputs: tuple) -> None:
         if tag.torch_name == _COMPILED and not _said:
             _say_compiled(fn)
         state = _pass()
-        array = state.array(grad)
-        nlog = NodeLog(TorchNode(fn, tag, array, state), level, state.id, state.stats, torch_node=tag.torch_name)
+        array = state.array(grad, level)
+        nlog = NodeLog(TorchNode(fn, tag, array, state, level), level, state.id, state.stats, torch_node=tag.torch_name)
         nlog.begin(array)
         stack = _running.__dict__.setdefault("open", [])
         stack.append((fn, nlog, grad, state))
@@ -326,8 +334,8 @@ def posthook(grad_inputs: tuple, grad_outputs: tuple) -> None:
             return  # its pre-hook logged nothing
         _, nlog, grad, state = stack[i]
         del stack[i:]  # (above it: nodes of a nested backward that failed)
-        outputs = tuple(None if g is None else state.array(g) for g in grad_inputs)
-        nlog.finish(state.array(grad), outputs, _RUNS, None)
+        outputs = tuple(None if g is None else state.array(g, nlog.level) for g in grad_inputs)
+        nlog.finish(state.array(grad, nlog.level), outputs, _RUNS, None)
         if all(g is not grad for g in grad_inputs):
             state.release(grad)
     except Exception as exc:
@@ -349,7 +357,7 @@ class LeafHook:
             if level < 3:
                 return
             state = _pass()
-            array = state.array(grad)
+            array = state.array(grad, level)
             nlog = NodeLog(LeafNode(self, array), level, state.id, state.stats, torch_node="AccumulateGrad")
             nlog.begin(array)
             nlog.finish(array, (), _RUNS, None)

@@ -343,7 +343,9 @@ torch.manual_seed(0)
 model = dvt.log_ddp(DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(3):
-    model(torch.randn(4, 8)).square().sum().backward()
+    with dvt.backward_vlog_guard(4 if step < 2 else 5):  # device tensors are read without a copy below 5
+        loss = model(torch.randn(4, 8)).square().sum()
+    loss.backward()
     opt.step()
     opt.zero_grad()
 dvt.finalize()
@@ -353,7 +355,7 @@ dvt.finalize()
 def test_ddp_records_through_the_device_path_match_the_host_path(tmp_path):
     """The same one-rank DDP job with DISTVLOG_DEVICE_STATS=1 (statistics on the device, copied
     asynchronously) and without: the same allreduce records in the same order, the same norms, a checksum per
-    bucket and one digest per parameter each step."""
+    bucket and one digest per parameter each step, the same node log (a guard at 4, then 5)."""
     import json
     import os as _os
 
@@ -380,9 +382,17 @@ def test_ddp_records_through_the_device_path_match_the_host_path(tmp_path):
     shape = {}
     for forced, records in runs.items():
         shape[forced] = [
-            (r["event"], r.get("step"), r.get("bucket"), round(r.get("norm", 0.0), 5), len(r.get("digests", ())))
+            (
+                r.get("node", r["event"]),
+                r.get("step"),
+                r.get("bucket"),
+                round(r.get("norm", 0.0), 5),
+                len(r.get("digests", ())),
+            )
             for r in records
             if r["event"] in ("allreduce begin", "allreduce end", "parameters")
+            or str(r["event"]).endswith("begin run")
+            or r["event"] == "grad_stats"
         ]
         assert all(len(r["checksum"]) == 16 for r in records if "checksum" in r)
     assert shape["1"] == shape["0"] and len(shape["0"]) >= 3 * 3
