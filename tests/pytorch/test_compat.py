@@ -4,12 +4,24 @@ not read. Also: importing the adapter leaves the numpy engine unloaded."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import re
 import subprocess
 import sys
+import tempfile
+import threading
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="the PyTorch adapter's tests need torch (CI installs torch==2.13.0)")
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+import distvlog.torch as dvt  # noqa: E402
 
 
 def test_importing_the_adapter_leaves_the_numpy_engine_unloaded():
@@ -22,22 +34,15 @@ def test_importing_the_adapter_leaves_the_numpy_engine_unloaded():
 
 
 # -- the compatibility suite ------------------------------------------------------------------------------
-import contextlib  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
 
-import torch.distributed as dist  # noqa: E402
-import torch.nn as nn  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel  # noqa: E402
-from torch.utils.checkpoint import checkpoint  # noqa: E402
-
-import distvlog.torch as dvt  # noqa: E402
-
+# `DISTVLOG_TEST_DEVICE=cuda` runs the suite on a GPU (benchmarks/gpu_check.py does): there autograd runs
+# backward on its device threads.
+DEVICE = os.environ.get("DISTVLOG_TEST_DEVICE", "cpu")
 MODES = [("guard", 3), ("guard", 4), ("guard", 5), ("guard", 6), ("engine", 5)]
 
 
 def mlp(width: int = 8) -> nn.Module:
-    return nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Linear(width, width))
+    return nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Linear(width, width)).to(DEVICE)
 
 
 def grads(model: nn.Module, *extra: torch.Tensor) -> list[torch.Tensor]:
@@ -45,7 +50,7 @@ def grads(model: nn.Module, *extra: torch.Tensor) -> list[torch.Tensor]:
 
 
 def ckpt_nonreentrant(guard):
-    model, x = mlp(), torch.randn(4, 8, requires_grad=True)
+    model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
     with guard():
         y = checkpoint(model, x, use_reentrant=False).square().sum()
     y.backward()
@@ -53,7 +58,7 @@ def ckpt_nonreentrant(guard):
 
 
 def ckpt_reentrant(guard):
-    model, x = mlp(), torch.randn(4, 8, requires_grad=True)
+    model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
     with guard():
         y = checkpoint(model, x, use_reentrant=True).square().sum()
     y.backward()
@@ -66,7 +71,7 @@ def ckpt_nested(guard):
     def block(h):
         return outer(checkpoint(inner, h, use_reentrant=False)) + checkpoint(inner, h, use_reentrant=True)
 
-    x = torch.randn(4, 8, requires_grad=True)
+    x = torch.randn(4, 8, device=DEVICE, requires_grad=True)
     with guard():
         y = checkpoint(block, x, use_reentrant=False).sum()
     y.backward()
@@ -80,7 +85,7 @@ def compiled_with_checkpoint(guard):
     def step(x):
         return checkpoint(model, x, use_reentrant=False).relu().sum()
 
-    x = torch.randn(4, 8, requires_grad=True)
+    x = torch.randn(4, 8, device=DEVICE, requires_grad=True)
     with guard():
         y = step(x)
     y.backward()
@@ -90,7 +95,7 @@ def compiled_with_checkpoint(guard):
 def compiled_module(guard):
     model = mlp()
     compiled = torch.compile(model, backend="aot_eager")
-    x = torch.randn(4, 8, requires_grad=True)
+    x = torch.randn(4, 8, device=DEVICE, requires_grad=True)
     with guard():
         y = compiled(x).sum()
     y.backward()
@@ -98,8 +103,8 @@ def compiled_module(guard):
 
 
 def autocast(guard):
-    model, x = mlp(), torch.randn(4, 8, requires_grad=True)
-    with guard(), torch.autocast("cpu", dtype=torch.bfloat16):
+    model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
+    with guard(), torch.autocast(DEVICE.split(":")[0], dtype=torch.bfloat16):
         y = model(x).float().sum()
     y.backward()
     return grads(model, x)
@@ -118,7 +123,7 @@ class Cube(torch.autograd.Function):
 
 
 def custom_function(guard):
-    model, x = mlp(), torch.randn(4, 8, requires_grad=True)
+    model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
     with guard():
         y = Cube.apply(model(x))  # the region's last call: its node is made out of the mode's sight
     y.sum().backward()
@@ -126,7 +131,7 @@ def custom_function(guard):
 
 
 def saved_tensor_hooks(guard):
-    model, x = mlp(), torch.randn(4, 8, requires_grad=True)
+    model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
     with guard(), torch.autograd.graph.saved_tensors_hooks(lambda t: t * 1, lambda t: t + 0):
         y = model(x).square().sum()
     with guard(), torch.autograd.graph.save_on_cpu():
@@ -136,7 +141,7 @@ def saved_tensor_hooks(guard):
 
 
 def double_backward(guard):
-    model, x = mlp(), torch.randn(4, 8, requires_grad=True)
+    model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
     with guard():
         y = model(x).square().sum()
     (gx,) = torch.autograd.grad(y, x, create_graph=True)
@@ -145,7 +150,7 @@ def double_backward(guard):
 
 
 def hooks_and_retained_graph(guard):
-    model, x = mlp(), torch.randn(4, 8, requires_grad=True)
+    model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
     with guard():
         h = model(x)
         h.register_hook(lambda g: g * 2)
@@ -156,8 +161,10 @@ def hooks_and_retained_graph(guard):
 
 
 def transformer_layer(guard):
-    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
-    x = torch.randn(2, 5, 16)
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True).to(
+        DEVICE
+    )
+    x = torch.randn(2, 5, 16, device=DEVICE)
     with guard():
         y = layer(x).square().mean()
     y.backward()
@@ -165,10 +172,11 @@ def transformer_layer(guard):
 
 
 def dataloader_workers(guard):
-    data = torch.utils.data.TensorDataset(torch.randn(16, 8), torch.randn(16, 8))
+    data = torch.utils.data.TensorDataset(torch.randn(16, 8), torch.randn(16, 8))  # on the CPU: workers fork
     loader = torch.utils.data.DataLoader(data, batch_size=8, num_workers=2)
     model = mlp()
     for x, target in loader:
+        x, target = x.to(DEVICE), target.to(DEVICE)
         with guard():
             loss = (model(x) - target).square().mean()
         loss.backward()
@@ -177,7 +185,7 @@ def dataloader_workers(guard):
 
 def ddp_no_sync(guard):
     model = DistributedDataParallel(mlp())
-    xs = torch.randn(3, 4, 8)
+    xs = torch.randn(3, 4, 8, device=DEVICE)
     with model.no_sync():
         for x in xs[:2]:
             with guard():
@@ -222,7 +230,8 @@ def process_group():
     """A one-rank gloo group, for DDP's no_sync."""
     if not dist.is_initialized():
         store = os.path.join(tempfile.mkdtemp(prefix="distvlog-compat-"), "store")
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+        backend = "nccl" if DEVICE.startswith("cuda") else "gloo"
+        dist.init_process_group(backend, init_method=f"file://{store}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 
@@ -249,8 +258,6 @@ def test_gradients_are_identical_with_and_without_distvlog(case, records, proces
 # -- levels and threads ------------------------------------------------------------------------------------
 def _backward_in_thread(loss: torch.Tensor, engine: int | None) -> int:
     """`loss.backward()` run by another thread (at engine level `engine` there); that thread's native id."""
-    import threading
-
     tid: list[int] = []
 
     def run() -> None:
@@ -267,27 +274,35 @@ def _backward_in_thread(loss: torch.Tensor, engine: int | None) -> int:
 def test_a_backward_run_from_another_thread_logs_at_that_threads_engine_level(records):
     """A graph made by this thread (engine level 0) and run backward by another at engine level 5: its nodes
     log at 5, and the records say the other thread ran them."""
-    x = torch.randn(3, 3, requires_grad=True)
+    x = torch.randn(3, 3, device=DEVICE, requires_grad=True)
     loss = (x.sin() * 2).sum()
     tid = _backward_in_thread(loss, 5)
     mine = [r for r in records if r.get("node")]
-    assert {r["node"] for r in mine} >= {"sin1GradNode", "multiply1GradNode"} or any(
-        r["node"].startswith("sin") for r in mine
-    )
+    assert {re.sub(r"\d+GradNode$", "", r["node"]) for r in mine} >= {"sin", "multiply", "sum"}
     assert {r["v"] for r in mine} >= {3, 4, 5}
-    assert {r["tid"] for r in mine} == {tid}
+    assert_ran_by(mine, tid)
 
 
 def test_guarded_nodes_log_at_their_guards_level_whichever_thread_runs_them(records):
     """Nodes a guard tagged here at level 4, run backward by a thread whose engine level is 0: they log at 4,
     in that thread."""
-    x = torch.randn(3, 3, requires_grad=True)
+    x = torch.randn(3, 3, device=DEVICE, requires_grad=True)
     with dvt.backward_vlog_guard(4):
         loss = x.cos().sum()
     tid = _backward_in_thread(loss, None)
     mine = [r for r in records if r.get("node")]
     assert mine and max(r["v"] for r in mine) == 4
-    assert {r["tid"] for r in mine} == {tid}
+    assert_ran_by(mine, tid)
+
+
+def assert_ran_by(records: list[dict], tid: int) -> None:
+    """On CPU the thread that called backward runs the nodes; on a GPU autograd's device thread does, which is
+    neither that thread nor this one."""
+    tids = {r["tid"] for r in records}
+    if DEVICE == "cpu":
+        assert tids == {tid}
+    else:
+        assert len(tids) == 1 and not tids & {tid, threading.get_native_id()}
 
 
 def test_a_guard_inside_a_compiled_function_breaks_no_graph(records):
@@ -302,7 +317,7 @@ def test_a_guard_inside_a_compiled_function_breaks_no_graph(records):
             y = x.tanh() * 3
         return y.sum()
 
-    x = torch.randn(4, requires_grad=True)
+    x = torch.randn(4, device=DEVICE, requires_grad=True)
     f(x).backward()
     assert torch.allclose(x.grad, 3 * (1 - x.detach().tanh() ** 2))
     assert not counters["graph_break"]
@@ -356,14 +371,11 @@ def test_ddp_records_through_the_device_path_match_the_host_path(tmp_path):
     """The same one-rank DDP job with DISTVLOG_DEVICE_STATS=1 (statistics on the device, copied
     asynchronously) and without: the same allreduce records in the same order, the same norms, a checksum per
     bucket and one digest per parameter each step, the same node log (a guard at 4, then 5)."""
-    import json
-    import os as _os
-
     runs = {}
     for forced in ("0", "1"):
         logs = tmp_path / f"logs{forced}"
         env = {
-            **_os.environ,
+            **os.environ,
             "DISTVLOG_LOG_DIR": str(logs),
             "DISTVLOG_FORMAT": "jsonl",
             "DISTVLOG_DEVICE_STATS": forced,
