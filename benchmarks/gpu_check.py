@@ -93,8 +93,9 @@ import distvlog.torch as dvt
 backend, steps, nan_rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 dvt.init(backend=backend)
 rank = torch.distributed.get_rank()
-device = torch.device("cuda", 0)  # every rank on the one GPU
-torch.cuda.set_device(device)
+device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")  # one GPU for all ranks
+if device.type == "cuda":
+    torch.cuda.set_device(device)
 torch.manual_seed(0)
 class Net(nn.Module):
     def __init__(self):
@@ -106,7 +107,7 @@ class Net(nn.Module):
             h = F.relu(self.fc2(h))
             h = h + 0.0 * (h - h + poison) ** 0.5  # NaN in backward where poison is 0
         return self.fc3(h)
-model = dvt.log_ddp(DDP(Net().to(device), device_ids=[0]))
+model = dvt.log_ddp(DDP(Net().to(device), device_ids=[0] if device.type == "cuda" else None))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(steps):
     torch.manual_seed(step * 100 + rank)
@@ -121,13 +122,19 @@ dvt.finalize()
 
 def job(name: str, work: Path, world: int, backend: str, nan_rank: int = -1) -> tuple[Path, bool]:
     """A DDP job through torchrun; its log root, and whether it ran."""
-    logs = work / name
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
-    proc = run([*cmd, "-c", JOB, backend, "5", str(nan_rank)], logs)
+    logs = work / "".join(c if c.isalnum() else "_" for c in name)
+    proc = run([*torchrun(world, work, JOB), backend, "5", str(nan_rank)], logs)
     if proc.returncode != 0:
         row(name, False, tail(proc))
         return logs, False
     return logs, True
+
+
+def torchrun(world: int, work: Path, script: str) -> list[str]:
+    """torchrun on a free port running `script` (torchrun takes a file)."""
+    path = work / f"job{abs(hash(script))}.py"
+    path.write_text(script)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}", str(path)]
 
 
 def cli(*args: str | Path, logs: Path) -> subprocess.CompletedProcess:
@@ -141,7 +148,7 @@ def clean_job(name: str, work: Path, world: int, backend: str) -> None:
     merged, diffed = cli("merge", logs, logs=logs), cli("diff", logs, logs=logs)
     ok = merged.returncode == 0 and diffed.returncode == 0
     begins = merged.stdout.count("allreduce begin")
-    row(name, ok, f"merge {merged.returncode}, diff {diffed.returncode} ({tail(diffed)}), {begins} allreduce begins")
+    row(name, ok, f"merge exit {merged.returncode}, diff exit {diffed.returncode}, {begins} allreduce begin records")
 
 
 def planted_nan(work: Path) -> None:
@@ -162,8 +169,9 @@ def flight_recorder(work: Path) -> None:
         "open(os.environ['DUMP'], 'wb').write(torch._C._distributed_c10d._dump_nccl_trace())\ndvt.finalize()",
     )
     dump = work / "nccl_trace_rank_0"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1"]
-    proc = run([*cmd, "-c", script, "nccl", "3", "-1"], logs, TORCH_NCCL_TRACE_BUFFER_SIZE="2000", DUMP=str(dump))
+    proc = run(
+        [*torchrun(1, work, script), "nccl", "3", "-1"], logs, TORCH_NCCL_TRACE_BUFFER_SIZE="2000", DUMP=str(dump)
+    )
     if proc.returncode != 0 or not dump.exists():
         return row("NCCL Flight Recorder dump", False, tail(proc))
     merged = cli("merge", logs, dump, logs=logs)
@@ -261,12 +269,12 @@ def main() -> int:
         ("paddle_example", lambda: paddle_example(args.device, work)),
         ("compat_suite", lambda: compat_suite(args.device, work)),
         ("nccl_job", lambda: clean_job("1-rank NCCL job", work, 1, "nccl")),
-        ("gloo_job", lambda: clean_job("4-rank gloo job, CUDA tensors", work, 4, "gloo")),
+        ("gloo_job", lambda: clean_job(f"4-rank gloo job, {args.device} tensors", work, 4, "gloo")),
         ("planted_nan", lambda: planted_nan(work)),
         ("flight_recorder", lambda: flight_recorder(work)),
         ("step_times", lambda: step_times(args.device, args.steps)),
     ]
-    needs_cuda = {"nccl_job", "gloo_job", "planted_nan", "flight_recorder"}
+    needs_cuda = {"nccl_job", "flight_recorder"}
     for name, check in checks:
         if name in args.skip:
             continue
