@@ -132,7 +132,7 @@ def job(name: str, work: Path, world: int, backend: str, nan_rank: int = -1) -> 
 
 def torchrun(world: int, work: Path, script: str) -> list[str]:
     """torchrun on a free port running `script` (torchrun takes a file)."""
-    path = work / f"job{abs(hash(script))}.py"
+    path = work / ("fr_job.py" if "DUMP" in script else "ddp_job.py")
     path.write_text(script)
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}", str(path)]
 
@@ -265,6 +265,7 @@ def main() -> int:
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU"
     print(f"distvlog gpu_check: {gpu}, torch {torch.__version__}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="distvlog-gpu-check-"))
+    os.environ["DISTVLOG_LOG_DIR"] = str(work / "timing")  # the step-time rows log in this process
     checks = [
         ("paddle_example", lambda: paddle_example(args.device, work)),
         ("compat_suite", lambda: compat_suite(args.device, work)),

@@ -17,14 +17,18 @@ are a stack per thread: the innermost level wins, closing a guard removes it whe
 closed after a later guard opened), and one mode serves all of a thread's guards. Levels below 3 print
 nothing: the mode is installed only while an open guard of the thread is 3 or more (a mode costs every torch
 call, even passing it through); inside such a guard, a lower guard's nodes are marked so that the outer guard
-cannot take them. Under `torch.compile` the mode steps aside (Dynamo would break the graph at it).
+cannot take them. Under `torch.compile` the mode and the guard step aside (Dynamo would break the graph at
+them). Nodes made where the mode cannot see (a compiled region's CompiledFunctionBackward, a custom Function's
+node) are found by their sequence numbers in the gaps between the calls it saw (`_State.see`), and tagged at
+their guard's level when the next backward of the thread begins; the mode stays installed until then.
 
 Untagged nodes log at the engine's level, as ours do (`dv.set_vlog_level(5)`, `vlog_guard({"engine": 5})`,
 `DISTVLOG_V=5`): while it is 3 or more the mode is installed too, and a backward (`Tensor.backward`,
 `autograd.backward`, `autograd.grad`) first hooks every node of its graph that no guard tagged, numbered in
 creation order, parameters' AccumulateGrad nodes included (those log under `backward()` only); a guard below
 3 opened meanwhile keeps its nodes silent. The mode is per thread: the engine's level reaches the thread
-that set it, imported distvlog.torch or opens a guard.
+that set it, imported distvlog.torch or opens a guard. The nodes a backward hooks carry its calling thread's
+level to autograd's device threads, which run CUDA backward passes (`_tag.engine_level`).
 """
 
 from __future__ import annotations

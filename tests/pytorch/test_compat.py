@@ -49,20 +49,19 @@ def grads(model: nn.Module, *extra: torch.Tensor) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters()] + [t.grad.clone() for t in extra]
 
 
-def ckpt_nonreentrant(guard):
-    model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
-    with guard():
-        y = checkpoint(model, x, use_reentrant=False).square().sum()
-    y.backward()
-    return grads(model, x)
+def checkpointed(reentrant: bool):
+    def case(guard):
+        model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
+        with guard():
+            y = checkpoint(model, x, use_reentrant=reentrant).square().sum()
+        y.backward()
+        return grads(model, x)
+
+    case.__name__ = "ckpt_reentrant" if reentrant else "ckpt_nonreentrant"
+    return case
 
 
-def ckpt_reentrant(guard):
-    model, x = mlp(), torch.randn(4, 8, device=DEVICE, requires_grad=True)
-    with guard():
-        y = checkpoint(model, x, use_reentrant=True).square().sum()
-    y.backward()
-    return grads(model, x)
+ckpt_nonreentrant, ckpt_reentrant = checkpointed(False), checkpointed(True)
 
 
 def ckpt_nested(guard):
