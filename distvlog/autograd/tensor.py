@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from ..nodelog import tensor_name
 from .guards import STATE
-from .node import AccumulationNode, GradNode, next_seq, tensor_name
+from .node import AccumulationNode, GradNode, next_seq
 
 _NEW_ACCUMULATION = threading.Lock()
 

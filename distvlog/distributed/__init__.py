@@ -7,12 +7,12 @@ through the environment), only without clock offsets: a lazy start must never wa
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from ..format import CLOCK_END, CLOCK_START
 from ..logger import IDENTITY, SINK, configure, default_run_id, get_logger, log_dir, unbind_context
 from . import clock, comm
-from .parallel import DataParallel, DataParallelError, check_finalize
 
 _log = get_logger("distvlog.distributed")
 _state = {"initialized": False, "finalized": False}
@@ -72,6 +72,8 @@ def finalize(*, gather: bool = False) -> None:
         return
     SINK.flush()  # before any wait: a rank killed while waiting for a dead one keeps its last records
     unbind_context("step")  # bound by DataParallel's forward: records after training belong to no step
+    from .parallel import check_finalize
+
     check_finalize()
     init()
     private = comm.private("session")
@@ -95,6 +97,14 @@ def get_rank() -> int:
 
 def get_world_size() -> int:
     return IDENTITY.world_size
+
+
+def __getattr__(name: str) -> Any:
+    """DataParallel and its error on first use: they load the numpy engine, which the PyTorch adapter's use of
+    this package (run ids, clock offsets) does not need."""
+    if name in ("DataParallel", "DataParallelError"):
+        return getattr(importlib.import_module(".parallel", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..autograd.graphviz import backward_files, grad_tensors_text, write_set
-from ..autograd.node import Site
+from ..nodelog import Site, backward_files, grad_tensors_text, write_set
 from . import _names
 from ._nodelog import ACCUMULATE_GRAD, Neighbour, as_array, op_of, report_failure
 from ._tag import CAPTURED, tag_of
@@ -109,14 +108,14 @@ class _GraphNode:
     it), name, op and number, forward line; for a captured node, its edges (the nodes it sends to), the
     (shape, dtype) and name of each gradient it sends."""
 
-    __slots__ = ("address", "name", "out_name", "op", "seq", "site", "leaf", "edges", "in_meta", "inputs")
+    __slots__ = ("address", "name", "out_name", "op", "seq", "site", "accumulates", "edges", "in_meta", "inputs")
 
     @classmethod
     def of(cls, fn: Any, site: Site | None, with_edges: bool = False) -> _GraphNode:
         node = cls()
         me = Neighbour(fn, 0) if fn._input_metadata else None
         tag = tag_of(fn)
-        node.address, node.site, node.leaf = id(fn), site, fn.name() == ACCUMULATE_GRAD
+        node.address, node.site, node.accumulates = id(fn), site, fn.name() == ACCUMULATE_GRAD
         node.name = me.name if me is not None else fn.name()
         node.out_name = me.out_name if me is not None else "None"
         node.op = op_of(tag.op if tag is not None else _names.paddle_op(fn.name()), (), ())
@@ -149,6 +148,6 @@ def _joined(ran: list[_GraphNode]) -> tuple[dict, Any]:
 
 
 def _kind(inside: set[int], node: _GraphNode) -> str:
-    if node.leaf:
+    if node.accumulates:
         return "leaf"
     return "inside" if node.address in inside else "outside"

@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..checksum import checksum
 from ..format import ALLREDUCE_BEGIN, ALLREDUCE_END
 from ..logger import bind_context, get_logger
+from ._device import PENDING, on_device
 from ._nodelog import as_array, name_leaves, report_failure
 
 PARAMETER_LAYOUT, PARAMETERS = "parameter layout", "parameters"
@@ -60,9 +61,18 @@ class _Watch:
             report_failure("DDP forward hook", exc)
 
     def log_parameters(self, final: bool = False) -> None:
-        if final or self.step % self.digest_every == 0:
+        extra = {"final": True} if final else {}
+        if self.params and on_device(self.params[0]) and (final or self.step % self.digest_every == 0):
+            step = self.step
+            PENDING.submit(
+                self.params,
+                lambda got: _log.vlog_at(1, PARAMETERS, step=step, digests=[v.checksum for v in got], **extra),
+            )
+            if final:
+                PENDING.drain(wait=True)
+        elif final or self.step % self.digest_every == 0:
             digests = [checksum(as_array(p)) for p in self.params]
-            _log.vlog_at(1, PARAMETERS, step=self.step, digests=digests, **({"final": True} if final else {}))
+            _log.vlog_at(1, PARAMETERS, step=self.step, digests=digests, **extra)
         else:
             _log.vlog_at(1, PARAMETERS, step=self.step)
 
@@ -87,6 +97,14 @@ def _norm(a: np.ndarray) -> float:
     return float(np.sqrt(square))
 
 
+def _begin(step: int, bucket: int, size: int, digest: str, norm: float) -> None:
+    _log.vlog_at(1, ALLREDUCE_BEGIN, step=step, bucket=bucket, bytes=size, checksum=digest, norm=norm)
+
+
+def _end(step: int, bucket: int, digest: str, wait_us: int) -> None:
+    _log.vlog_at(1, ALLREDUCE_END, step=step, bucket=bucket, checksum=digest, wait_us=wait_us)
+
+
 def _logged(watch: _Watch, hook: Any) -> Any:
     """The comm hook DDP gets: `hook`'s allreduce between a begin and an end record."""
 
@@ -95,16 +113,13 @@ def _logged(watch: _Watch, hook: Any) -> Any:
         started = time.perf_counter()
         try:
             watch.see_bucket(bucket)
-            local = as_array(bucket.buffer()).reshape(-1)
-            _log.vlog_at(
-                1,
-                ALLREDUCE_BEGIN,
-                step=step,
-                bucket=index,
-                bytes=local.nbytes,
-                checksum=checksum(local),
-                norm=_norm(local),
-            )
+            buffer = bucket.buffer()
+            if on_device(buffer):  # logged when the device's statistics arrive: no sync here
+                size = buffer.numel() * buffer.element_size()
+                PENDING.submit([buffer], lambda got: _begin(step, index, size, got[0].checksum, got[0].norm))
+            else:
+                local = as_array(buffer).reshape(-1)
+                _begin(step, index, local.nbytes, checksum(local), _norm(local))
             if bucket.is_last():
                 watch.step += 1
         except Exception as exc:
@@ -113,14 +128,11 @@ def _logged(watch: _Watch, hook: Any) -> Any:
         def done(fut: torch.futures.Future) -> torch.Tensor:
             result = fut.value()  # (raises if the allreduce failed: DDP reports it)
             try:
-                _log.vlog_at(
-                    1,
-                    ALLREDUCE_END,
-                    step=step,
-                    bucket=index,
-                    checksum=checksum(as_array(result)),
-                    wait_us=round((time.perf_counter() - started) * 1e6),
-                )
+                wait_us = round((time.perf_counter() - started) * 1e6)
+                if on_device(result):
+                    PENDING.submit([result], lambda got: _end(step, index, got[0].checksum, wait_us))
+                else:
+                    _end(step, index, checksum(as_array(result)), wait_us)
             except Exception as exc:
                 report_failure("DDP comm hook", exc)
             return result
@@ -169,3 +181,4 @@ def log_final_digests() -> None:
     for watch in list(_watched):
         if watch.started >= 0:
             watch.log_parameters(final=True)
+    PENDING.drain(wait=True)

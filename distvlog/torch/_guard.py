@@ -17,14 +17,18 @@ are a stack per thread: the innermost level wins, closing a guard removes it whe
 closed after a later guard opened), and one mode serves all of a thread's guards. Levels below 3 print
 nothing: the mode is installed only while an open guard of the thread is 3 or more (a mode costs every torch
 call, even passing it through); inside such a guard, a lower guard's nodes are marked so that the outer guard
-cannot take them. Under `torch.compile` the mode steps aside (Dynamo would break the graph at it).
+cannot take them. Under `torch.compile` the mode and the guard step aside (Dynamo would break the graph at
+them). Nodes made where the mode cannot see (a compiled region's CompiledFunctionBackward, a custom Function's
+node) are found by their sequence numbers in the gaps between the calls it saw (`_State.see`), and tagged at
+their guard's level when the next backward of the thread begins; the mode stays installed until then.
 
 Untagged nodes log at the engine's level, as ours do (`dv.set_vlog_level(5)`, `vlog_guard({"engine": 5})`,
 `DISTVLOG_V=5`): while it is 3 or more the mode is installed too, and a backward (`Tensor.backward`,
 `autograd.backward`, `autograd.grad`) first hooks every node of its graph that no guard tagged, numbered in
 creation order, parameters' AccumulateGrad nodes included (those log under `backward()` only); a guard below
 3 opened meanwhile keeps its nodes silent. The mode is per thread: the engine's level reaches the thread
-that set it, imported distvlog.torch or opens a guard.
+that set it, imported distvlog.torch or opens a guard. The nodes a backward hooks carry its calling thread's
+level to autograd's device threads, which run CUDA backward passes (`_tag.engine_level`).
 """
 
 from __future__ import annotations
@@ -40,14 +44,12 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..autograd.graphviz import dump_dir
-from ..autograd.node import Site, tensor_name
-from ..autograd.nodelog import ENGINE
 from ..logger import level_for, vlog_rules
+from ..nodelog import ENGINE, Site, dump_dir, tensor_name
 from . import _names
 from ._capture import TorchCapture
 from ._nodelog import LeafHook, leaf_name, leaf_prehook, numpy_dtype, posthook, prehook, report_failure
-from ._tag import CAPTURED, KEY, SILENT, Tag
+from ._tag import CAPTURED, KEY, SILENT, Caller, Tag, caller_here
 
 _ACCUMULATE_SEQ = (1 << 64) - 1  # AccumulateGrad's _sequence_nr(): never "created since"
 _BACKWARD = frozenset((torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad))
@@ -70,6 +72,22 @@ class _State:
         self.tagger = _Tagger(self)
         self.captures: list[list] = []  # open capture guards as [TorchCapture, first seq], innermost last
         self.capture: list | None = None  # the innermost
+        self.covered = 0  # the sequence number after the mode's last call inside a logging guard
+        self.unseen: list[list] = []  # [first, end, level]: nodes made out of the mode's sight, tagged at backward
+
+    def see(self, top: list) -> None:
+        """Nodes made since the mode's last call, by code it does not see (a torch.compile'd region's
+        CompiledFunctionBackward, a custom autograd.Function's node): their range, for the next backward to
+        tag at the innermost guard's level."""
+        now = _next_seq()
+        first = max(self.covered, top[1])
+        if now > first:
+            last = self.unseen[-1] if self.unseen else None
+            if last is not None and last[1] == first and last[2] == top[0]:
+                last[1] = now
+            elif len(self.unseen) < _MAX_UNSEEN:
+                self.unseen.append([first, now, top[0]])
+        self.covered = now
 
     def update(self) -> None:
         """The innermost guard, and the mode installed exactly while one of the open guards or the engine's
@@ -78,7 +96,7 @@ class _State:
         wide = level_for(ENGINE) >= 3  # (then a guard below 3 marks its nodes, which keep out of the engine's)
         self.top = self.stack[-1] if self.stack and (self.loud or wide) else None
         self.capture = self.captures[-1] if self.captures else None
-        if self.top is not None or self.capture is not None or wide:
+        if self.top is not None or self.capture is not None or wide or self.unseen:
             if self.mode is None:
                 self.mode = self.tagger
                 _push_mode(self.mode)
@@ -109,12 +127,16 @@ class _Tagger(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         top, capture = self.state.top, self.state.capture
         if func in _BACKWARD:
-            _hook_graph(args, kwargs)
+            _hook_graph(args, kwargs, self.state)
         if (top is None and capture is None) or _is_compiling():
             return func(*args, **kwargs) if kwargs else func(*args)
+        if top is not None and _next_seq() != self.state.covered:
+            self.state.see(top)
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         untracked = first is not None and not first.requires_grad  # (`x.requires_grad_()` makes a leaf of x)
         out = func(*args, **kwargs) if kwargs else func(*args)
+        if top is not None:
+            self.state.covered = _next_seq()
         try:
             tensors = _touched(out, first, kwargs.get("out") if kwargs else None)
             if top is not None:
@@ -147,11 +169,18 @@ def _touched(out: Any, first: torch.Tensor | None, out_arg: Any) -> list[torch.T
     return tensors
 
 
-def _hook_graph(args: tuple, kwargs: dict | None) -> None:
-    """A backward begins while the engine's level logs: hook the nodes of its graph that no guard tagged
-    (each pass of a retained graph hooks only what is new)."""
+def _hook_graph(args: tuple, kwargs: dict | None, state: _State) -> None:
+    """A backward begins: tag the nodes of its graph that this thread's guards made out of the mode's sight
+    (`_State.see`) and, while the engine's level logs, hook those no guard tagged (each pass of a retained
+    graph hooks only what is new)."""
     try:
-        if level_for(ENGINE) < 3 or _is_compiling():
+        if _is_compiling():
+            return
+        unseen, state.unseen = state.unseen, []
+        caller = caller_here()
+        caller.level = level_for(ENGINE)
+        wide = caller.level >= 3
+        if not unseen and not wide:
             return
         roots = args[0] if args else (kwargs or {}).get("tensors", (kwargs or {}).get("outputs"))
         if isinstance(roots, torch.Tensor):
@@ -159,24 +188,46 @@ def _hook_graph(args: tuple, kwargs: dict | None) -> None:
         todo = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         seen: set[int] = set()
         nodes, leaves = [], []
+        guarded: dict[int, list] = {}
         while todo:
             node = todo.pop()
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if KEY not in node.metadata:  # (a guard's node, or one already hooked, keeps its tag)
-                if node._sequence_nr() == _ACCUMULATE_SEQ:
-                    if id(node.variable) not in _guarded_leaves:
+            tag = node.metadata.get(KEY)
+            if tag is not None:  # a guard's node, or one hooked before: this backward's caller is its caller
+                if getattr(tag, "level", 0) is None:
+                    tag.caller = caller
+            else:
+                seq = node._sequence_nr()
+                if seq == _ACCUMULATE_SEQ:
+                    if wide and id(node.variable) not in _guarded_leaves:
                         leaves.append(node)
                 else:
-                    nodes.append((node._sequence_nr(), node))
+                    level = next((level for first, end, level in unseen if first <= seq < end), None)
+                    if level is not None:
+                        guarded.setdefault(level, []).append((seq, node))
+                    elif wide:
+                        nodes.append((seq, node))
             todo += [nxt for nxt, _ in node.next_functions if nxt is not None]
-        _tag_nodes(nodes, None)
+        for level, made in guarded.items():
+            if level >= 3:
+                _tag_nodes(made, level)
+            else:
+                _mark_silent(made)
+        _tag_nodes(nodes, None, caller=caller)
         for node in leaves:
-            node.metadata[KEY] = LeafHook(None, None, leaf_name(node.variable))
+            node.metadata[KEY] = LeafHook(None, None, leaf_name(node.variable), caller)
             node.register_prehook(leaf_prehook)
+        if unseen:
+            state.update()  # (the mode may have stayed for them only)
     except Exception as exc:  # the user's backward goes on
         report_failure("hooking the graph", exc)
+
+
+def _mark_silent(made: list) -> None:
+    for _, node in made:
+        node.metadata[KEY] = SILENT
 
 
 def _tag_outputs(
@@ -193,7 +244,7 @@ def _tag_outputs(
         elif t.requires_grad and (t is not first or untracked):
             _tag_leaf(t, level, getattr(func, "__name__", "tensor"))
     if created and level >= 3:  # (else they stay marked silent by the walk)
-        _tag_nodes(created, level)
+        _tag_nodes(created, level, _user_site() if level >= 5 else None)
 
 
 def _walk(fn: Any, start: int, created: list, key: str, mark: Any) -> None:
@@ -215,19 +266,20 @@ def _walk(fn: Any, start: int, created: list, key: str, mark: Any) -> None:
                 todo.append(nxt)
 
 
-def _tag_nodes(created: list, level: int | None) -> None:
-    """Tag the nodes one call created, numbered in creation order, with the user's forward line (which only
-    level 5's grad_stats print). Level None: the engine's, when the node runs (its forward line unknown)."""
+def _tag_nodes(created: list, level: int | None, site: Site | None = None, caller: Caller | None = None) -> None:
+    """Tag the nodes one call created, numbered in creation order, with the user's forward line when known
+    (which only level 5's grad_stats print). Level None: the engine's, when the node runs."""
     if len(created) > 1:
         created.sort(key=_first)
-    site = _user_site() if level is not None and level >= 5 else None
     for _, node in created:
-        node.metadata[KEY] = Tag(level, node.name(), site)
+        tag = node.metadata[KEY] = Tag(level, node.name(), site)
+        tag.caller = caller
         node.register_prehook(prehook)
         node.register_hook(posthook)
 
 
 _first = operator.itemgetter(0)
+_MAX_UNSEEN = 256  # ranges a thread keeps for its next backward (one per stretch of compiled or Function code)
 
 
 def _tag_leaf(t: torch.Tensor, level: int, api: str) -> None:
@@ -271,16 +323,26 @@ class backward_vlog_guard(contextlib.ContextDecorator):
         return backward_vlog_guard(self.level)
 
     def __enter__(self) -> None:
+        if _is_compiling():  # inside a torch.compile'd function: no graph break; the region's node is logged by
+            return  # a guard around the compiled call (see docs/pytorch.md)
         state = self.state = _state()  # this thread's, also when the guard is closed from another thread
         self.entry = [self.level, _next_seq()]
         state.stack.append(self.entry)
         state.loud += self.level >= 3
+        if state.top is not None:
+            state.see(state.top)
+        state.covered = self.entry[1]
         state.update()
 
     def __exit__(self, *exc: object) -> None:
-        if _close(self.state.stack, self.entry):
-            self.state.loud -= self.entry[0] >= 3
-            self.state.update()
+        if _is_compiling():
+            return
+        state = self.state
+        if state.top is not None:
+            state.see(state.top)
+        if _close(state.stack, self.entry):
+            state.loud -= self.entry[0] >= 3
+            state.update()
 
 
 class capture_backward_subgraph_guard(contextlib.ContextDecorator):
@@ -325,6 +387,7 @@ def _on_top(mode: _Tagger | None) -> bool:
 def _sync_level() -> None:
     """The rules in force in this thread changed: the mode goes in or out with the engine's level."""
     try:
+        caller_here().level = level_for(ENGINE)
         _state().update()
     except Exception as exc:  # a change of verbosity never fails for the adapter's sake
         report_failure("verbosity change", exc)

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..autograd.node import ACCUMULATION, NodeView, Site, shape_text, tensor_name
-from ..autograd.nodelog import ENGINE, NodeLog
 from ..logger import flush, get_logger, level_for
+from ..nodelog import ENGINE, NOT_READ, NodeLog, NodeView, Site, shape_text, tensor_name
 from . import _names
-from ._tag import KEY, Tag
+from ._device import PENDING, on_device
+from ._tag import KEY, Caller, Tag, engine_level
 
 _current_node = torch._C._current_autograd_node
 _graph_task_id = torch._C._current_graph_task_id
@@ -55,9 +55,13 @@ def leaf_name(t: torch.Tensor) -> str:
     return _leaf_names.get(id(t), "None")
 
 
-def _level(tagged: int | None) -> int:
-    """The level a node logs at: its guard's, else (level None) the engine's now."""
-    return tagged if tagged is not None else level_for(ENGINE)
+def _level(tagged: int | None, caller: Caller | None) -> int:
+    """The level a node logs at: its guard's, else (level None) the engine's of its backward's calling thread."""
+    return tagged if tagged is not None else engine_level(caller, _engine_level)
+
+
+def _engine_level() -> int:
+    return level_for(ENGINE)
 
 
 # -- tensors as the node log reads them --------------------------------------------------------------------
@@ -82,6 +86,11 @@ def as_array(t: torch.Tensor) -> np.ndarray:
         return t.numpy() if t.dtype != torch.bfloat16 else t.float().numpy()
 
 
+def _shadow(t: torch.Tensor) -> np.ndarray:
+    """An array of `t`'s shape and dtype holding no data (one zero, repeated)."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, numpy_dtype(t.dtype)), tuple(t.shape), (0,) * t.dim())
+
+
 class _Pass:
     """What the tagged nodes of one backward pass share (see the module docstring)."""
 
@@ -90,12 +99,15 @@ class _Pass:
     def __init__(self, pass_id: int) -> None:
         self.id = pass_id
         self.stats: dict[int, tuple] = {}  # NodeLog's: id(array) -> (array, grad_stats)
-        self.arrays: dict[int, tuple[torch.Tensor, np.ndarray]] = {}  # id(tensor) -> (tensor, its array)
+        self.arrays: dict[int, tuple[torch.Tensor, np.ndarray, bool]] = {}  # id(tensor) -> (tensor, array, shadow)
 
-    def array(self, t: torch.Tensor) -> np.ndarray:
+    def array(self, t: torch.Tensor, level: int) -> np.ndarray:
+        """`t` as the node log reads it at `level`. A device tensor below level 5, where only its shape and
+        dtype print, is not copied: a copy would wait for the device at every node."""
         held = self.arrays.get(id(t))
-        if held is None:
-            held = self.arrays[id(t)] = (t, as_array(t))  # (the tensor is held: its id is not reused meanwhile)
+        if held is None or held[2] and level >= 5:
+            shadow = level < 5 and on_device(t)
+            held = self.arrays[id(t)] = (t, _shadow(t) if shadow else as_array(t), shadow)
         return held[1]
 
     def release(self, t: torch.Tensor) -> None:
@@ -122,6 +134,7 @@ def _pass() -> _Pass:
 def _end_pass(task: int) -> None:
     """The pass is over: its records reach the file, as at the end of each of our engine's passes."""
     _passes.pop(task, None)
+    PENDING.drain()  # (DDP's statistics that arrived meanwhile)
     flush()
 
 
@@ -190,7 +203,7 @@ class TorchNode(NodeView):
     __slots__ = ("fn", "name", "seq", "op", "edges", "saved", "attrs", "site", "out_shape", "out_dtype")
     backend = "torch"
 
-    def __init__(self, fn: Any, tag: Tag, grad: np.ndarray, state: _Pass) -> None:
+    def __init__(self, fn: Any, tag: Tag, grad: np.ndarray, state: _Pass, level: int) -> None:
         self.fn, self.name, self.seq, self.site = fn, tag.name, tag.seq, tag.site
         self.out_shape, self.out_dtype = grad.shape, grad.dtype
         edges: list[Neighbour | None] = []
@@ -210,13 +223,17 @@ class TorchNode(NodeView):
         self.saved: list[np.ndarray] = []
         self.attrs: dict[str, Any] = {}
         for attr, name in plan:
+            if _packed(getattr(fn, "_raw" + attr, None)):
+                saves.append(name)  # shown as not read
+                self.saved.append(NOT_READ)
+                continue
             try:
                 value = getattr(fn, attr)
             except RuntimeError:  # changed in place since, or released: the backward itself says so
                 continue
             if isinstance(value, torch.Tensor):
                 saves.append(name)
-                self.saved.append(state.array(value))
+                self.saved.append(state.array(value, level))
             elif type(value) in (int, float, bool):
                 self.attrs[name] = value
         self.op = op_of(tag.op, inputs, tuple(saves))
@@ -225,13 +242,24 @@ class TorchNode(NodeView):
         return f"{self.name}(0x{id(self.fn):x})"
 
 
+def _packed(raw: Any) -> bool:
+    """Whether a saved tensor went through a `saved_tensors_hooks` pack hook (activation checkpointing,
+    `save_on_cpu`, offloading): unpacking it is the hook's to do, once (checkpointing's recompute raises on a
+    second unpack), so the node log leaves it unread."""
+    if raw is None:
+        return False
+    if isinstance(raw, (list, tuple)):
+        return any(_packed(r) for r in raw)
+    return getattr(raw, "unpack_hook", None) is not None
+
+
 class LeafNode(NodeView):
     """A leaf created inside a guard, read as our GradNodeAccumulation (labelled by torch's AccumulateGrad
     node, which runs the leaf's hooks, under autograd.grad() too)."""
 
     __slots__ = ("hook", "fn", "out_name", "out_shape", "out_dtype")
-    op, seq, edges, saved, attrs, in_meta = ACCUMULATION, 0, (), (), {}, ()
-    name = "GradNodeAccumulation"
+    op, seq, edges, saved, attrs, in_meta = op_of("accumulation", ("grad",), ()), 0, (), (), {}, ()
+    name, accumulates = "GradNodeAccumulation", True
     backend = "torch"
 
     def __init__(self, hook: LeafHook, grad: np.ndarray) -> None:
@@ -275,12 +303,14 @@ def prehook(grad_outputs: tuple) -> None:
                 return  # nothing reached it: it sends nothing either
         fn = _current_node()
         tag = fn.metadata[KEY]
-        level = _level(tag.level)
+        level = _level(tag.level, tag.caller)
         if level < 3:
             return  # (hooked while the engine's level logged, which it no longer does)
+        if tag.torch_name == _COMPILED and not _said:
+            _say_compiled(fn)
         state = _pass()
-        array = state.array(grad)
-        nlog = NodeLog(TorchNode(fn, tag, array, state), level, state.id, state.stats, torch_node=tag.torch_name)
+        array = state.array(grad, level)
+        nlog = NodeLog(TorchNode(fn, tag, array, state, level), level, state.id, state.stats, torch_node=tag.torch_name)
         nlog.begin(array)
         stack = _running.__dict__.setdefault("open", [])
         stack.append((fn, nlog, grad, state))
@@ -304,8 +334,8 @@ def posthook(grad_inputs: tuple, grad_outputs: tuple) -> None:
             return  # its pre-hook logged nothing
         _, nlog, grad, state = stack[i]
         del stack[i:]  # (above it: nodes of a nested backward that failed)
-        outputs = tuple(None if g is None else state.array(g) for g in grad_inputs)
-        nlog.finish(state.array(grad), outputs, _RUNS, None)
+        outputs = tuple(None if g is None else state.array(g, nlog.level) for g in grad_inputs)
+        nlog.finish(state.array(grad, nlog.level), outputs, _RUNS, None)
         if all(g is not grad for g in grad_inputs):
             state.release(grad)
     except Exception as exc:
@@ -316,18 +346,18 @@ class LeafHook:
     """The tensor hook of a leaf created inside a guard (or, level None, the pre-hook data of a parameter's
     AccumulateGrad hooked for the engine's level): its gradient, logged as GradNodeAccumulation's."""
 
-    __slots__ = ("level", "site", "name", "__weakref__")
+    __slots__ = ("level", "site", "name", "caller", "__weakref__")
 
-    def __init__(self, level: int | None, site: Site | None, name: str) -> None:
-        self.level, self.site, self.name = level, site, name
+    def __init__(self, level: int | None, site: Site | None, name: str, caller: Caller | None = None) -> None:
+        self.level, self.site, self.name, self.caller = level, site, name, caller
 
     def __call__(self, grad: torch.Tensor) -> None:
         try:
-            level = _level(self.level)
+            level = _level(self.level, self.caller)
             if level < 3:
                 return
             state = _pass()
-            array = state.array(grad)
+            array = state.array(grad, level)
             nlog = NodeLog(LeafNode(self, array), level, state.id, state.stats, torch_node="AccumulateGrad")
             nlog.begin(array)
             nlog.finish(array, (), _RUNS, None)
@@ -343,6 +373,21 @@ def leaf_prehook(grad_outputs: tuple) -> None:
             _current_node().metadata[KEY](grad_outputs[0])
     except Exception as exc:
         report_failure("leaf pre-hook", exc)
+
+
+_COMPILED = "CompiledFunctionBackward"
+_said: list[str] = []
+
+
+def _say_compiled(fn: Any) -> None:
+    """Once per process: a torch.compile'd region runs as one node, logged as one."""
+    _said.append(_COMPILED)
+    _log.info(
+        f"distvlog.torch: {fn.name()}(0x{id(fn):x}) is a torch.compile'd region run as one backward node: it "
+        "logs as one (its gradients in and out), not op by op; to see its ops node by node, run the region "
+        "eagerly (torch.compiler.disable on it, or TORCHDYNAMO_DISABLE=1)",
+        node=fn.name(),
+    )
 
 
 # -- failures: said once, counted --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distvlog.autograd.nodelog import grad_stats
+from distvlog.nodelog import grad_stats
 
 
 @settings(max_examples=60, deadline=None)

@@ -355,6 +355,7 @@ def test_a_node_that_runs_a_backward_of_its_own_still_logs_its_finish(records):
 def test_the_engines_level_logs_every_node_as_in_our_engine(records):
     """`set_vlog_level(4)` with no guard: every node of the backward logs at 4, the parameter's accumulation
     too, named in creation order; back at 0, the next backward logs nothing and the mode is gone."""
+    dvt.set_vlog_level(0)  # (a mode kept for an earlier test's nodes made out of its sight leaves here)
     depth = torch._C._len_torch_function_stack()
     w, x = leaf(3, 2), torch.randn(4, 3, dtype=torch.float64)
     dvt.name_leaves([("w", w)])
