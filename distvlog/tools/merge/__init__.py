@@ -50,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_input_arguments(parser)
     parser.add_argument("-o", "--output", metavar="OUT", help="write to OUT (default, or -: standard output)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="glog text (default) or JSON lines")
+    parser.add_argument(
+        "--collapse",
+        action="store_true",
+        help="fold records that ranks wrote in common into one line (values agreed or spread); "
+        "mark the ranks that stand apart",
+    )
     _filters.add_arguments(parser)
     _add_follow_arguments(parser)
     parser.set_defaults(run=run)
@@ -176,35 +182,37 @@ def run(args: argparse.Namespace) -> int:
     with _read_ahead(sources) as ahead:
         merge = KWayMerge(sources, _arena(sources).alloc, ahead)  # reads up to each file's first record
         after_reading(sources, warn, skipped=False)  # the summary says what was skipped
-        written = _write(args, sources, merge, select, zone)
+        select.prepare(merge.first_ts, zone)
+        if args.collapse:
+            from ._collapsed import write_collapsed
+
+            head = header(args, sources, merge.first_ts, zone) if args.format == "text" else b""
+            written, folding = write_collapsed(args, sources, merge, select, head)
+        else:
+            written, folding = _write(args, sources, merge, select, zone), ""
     where = "stdout" if args.output in (None, "-") else args.output
-    print(f"distvlog merge: {summary(sources, written, merge.late, where)}", file=sys.stderr)
+    print(f"distvlog merge: {summary(sources, written, merge.late, where)}{folding}", file=sys.stderr)
     return 0
+
+
+def header(args: argparse.Namespace, sources: list[Source], first_ts: int | None, zone: int) -> bytes:
+    """The merged timeline's glog header."""
+    hosts = sorted({s.host for s in sources if s.host})
+    metas = [meta for s in sources for meta in s.metas]
+    return text_header(first_ts, zone, hosts, len(sources), not args.no_clock_correction, metas)
 
 
 def _write(
     args: argparse.Namespace, sources: list[Source], merge: KWayMerge, select: _filters.Select, zone: int
 ) -> int:
     """Write the merged records to the output; returns how many."""
-    select.prepare(merge.first_ts, zone)
     bar = _progress(sources)
     written = 0
     with output(args.output, [s.path for s in sources]) as fd:
         if args.format == "jsonl":
             writer: Writer = JsonWriter(fd)
         else:
-            hosts = sorted({s.host for s in sources if s.host})
-            writer = Writer(
-                fd,
-                text_header(
-                    merge.first_ts,
-                    zone,
-                    hosts,
-                    len(sources),
-                    not args.no_clock_correction,
-                    [meta for s in sources for meta in s.metas],
-                ),
-            )
+            writer = Writer(fd, header(args, sources, merge.first_ts, zone))
         try:
             for batch in merge.batches(select):
                 writer.write(batch)

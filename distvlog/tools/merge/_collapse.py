@@ -1,0 +1,214 @@
+"""`merge --collapse`: records that ranks wrote in common, folded into one line as the merged stream goes by.
+
+Records are "the same" when they have the same severity and site (file:line), the same message once its
+numbers, hex digests and addresses are set aside, the same node (its name's numbers set aside) and the same
+`step`, `bucket`, `epoch` or `iteration`, and the same position among each rank's records so alike: the k-th
+`allreduce end` of step 5 bucket 0 on every rank is one group. _fold judges a group once it is released.
+
+Groups are released in the order their first record came, each when every expected rank has written to
+it, or once WINDOW_PER_RANK records per rank have passed since it opened (a record that never finds its
+peers is shown as such), or when the stream ends. So memory is the records of that window at most: the
+number of ranks times a small window, never the whole input. A rank is expected until a window passes
+without a record from it (a rank that died is not waited for at every record after).
+
+Any record the reader yields can be folded: ours, JSON lines, or other programs' glog (whose values are
+mostly numbers in the message: `Iteration 500, loss = 2.31` folds with its peers'). In `--follow`, a group
+also goes once it has waited `wait_s` seconds: the live view lags behind the slowest rank by that much.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from ... import format as fmt
+from ..read import from_json
+from ._fold import Address, Folded, Member, fold
+
+WINDOW_PER_RANK = 256
+IDENTITY = ("step", "bucket", "epoch", "iteration", "iter")  # fields that say which "same" record it is
+CACHE_BODIES = 1 << 16  # decoded bodies kept: ranks mostly write the same bytes after the rank tag
+_PREFIX = re.compile(rb"([IWEF])(\d{4} \d\d:\d\d:\d\d\.\d{6}) +(\S+) (.*?):(\d+)\] (?:\[rank \d+\] )?")
+_VALUE = re.compile(
+    r"(0x[0-9a-fA-F]+"  # an address
+    r"|\b(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b"  # a hex digest
+    r"|(?<![\w.])-[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"  # a number
+    r"|\b(?:nan|inf)\b)"
+)
+_HEX = re.compile(r"[0-9a-f]*[a-f][0-9a-f]*")
+_DIGITS = re.compile(r"[0-9]+")
+_SPACES = re.compile(r"  +")
+# A record's message cut into its text and its values (as written and as values), its fields, its group key.
+Decoded = tuple[list[str], list[str], list[Any], dict[str, Any], tuple]
+
+
+def _value(token: str) -> Any:
+    """A value set aside from a message, as the type it reads as."""
+    if token.startswith("0x"):
+        return Address(token)
+    if _HEX.fullmatch(token):
+        return token
+    if token in ("nan", "inf") or any(c in token for c in ".eE"):
+        return float(token)
+    return int(token)
+
+
+class Decoder:
+    """Records (glog text in our form, as the reader yields them, or JSON-lines objects) into Members and their
+    group keys. Ranks write the same bodies over and over: each is decoded once (a bounded cache)."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[bytes, Decoded] = {}
+
+    def __call__(self, text: bytes, ts: int, rank: int, obj: dict | None = None) -> tuple[tuple, Member]:
+        match = _PREFIX.match(text)
+        if match is None:  # not a record the reader makes; kept whole under a key of its own
+            return (text,), Member(rank, ts, "I", "", 0, "", 0, [text.decode("utf-8", "replace")], [], [], {}, text)
+        severity, stamp, tid, file, line = (g.decode("utf-8", "replace") for g in match.groups())
+        if obj is not None:
+            record = from_json(obj, ts, rank)
+            parts, tokens, slots, fields, key = _decoded(record.event, record.fields)
+        else:
+            body = text[match.end() :]
+            hit = self._bodies.get(body)
+            if hit is None:
+                if len(self._bodies) >= CACHE_BODIES:
+                    self._bodies.clear()
+                hit = self._bodies[body] = _decode_body(body)
+            parts, tokens, slots, fields, key = hit
+        tid_value = int(tid) if tid.isdigit() else tid
+        member = Member(rank, ts, severity, stamp, tid_value, file, int(line), parts, tokens, slots, fields, text)
+        return (severity, file, line, key), member
+
+
+def _decode_body(body: bytes) -> Decoded:
+    text = body.decode("utf-8", "replace")
+    text = text[:-1] if text.endswith("\n") else text
+    first, nl, rest = text.partition("\n")
+    parsed = fmt.split_body(first)
+    return _decoded(parsed.message + nl + rest, parsed.fields)
+
+
+def _decoded(event: str, fields: dict[str, Any]) -> Decoded:
+    """A message cut into its text and its values, and what of the record says which group it is in."""
+    pieces = _VALUE.split(event)
+    parts, tokens = pieces[0::2], pieces[1::2]
+    node = fields.get(fmt.NODE)
+    identity = tuple(_hashable(fields.get(name)) for name in IDENTITY)
+    text = _SPACES.sub(" ", "\0".join(parts))  # (padding that a value's width changes: the meta record's clocks)
+    key = (text, _DIGITS.sub("#", node) if type(node) is str else None, identity)
+    return parts, tokens, [_value(t) for t in tokens], fields, key
+
+
+def _hashable(value: Any) -> Any:
+    return fmt.value_text(value) if type(value) in (list, dict) else value
+
+
+class _Positions:
+    """Which occurrence of a key a rank is at: counts forgotten once unused for a window or two, so they
+    stay bounded however long the run."""
+
+    def __init__(self, span: int) -> None:
+        self.span, self.left = span, span
+        self.new: dict[tuple, int] = {}
+        self.old: dict[tuple, int] = {}
+
+    def next(self, key: tuple) -> int:
+        k = self.new.get(key)
+        if k is None:
+            k = self.old.get(key, 0)
+        self.new[key] = k + 1
+        self.left -= 1
+        if self.left <= 0:
+            self.old, self.new, self.left = self.new, {}, self.span
+        return k
+
+
+class _Group:
+    __slots__ = ("members", "opened", "since")
+
+    def __init__(self, opened: int, since: float) -> None:
+        self.members: list[Member] = []
+        self.opened, self.since = opened, since
+
+
+class Collapser:
+    """Feed records in the merged order (`add`); it returns the groups released, judged, in the order they began."""
+
+    def __init__(
+        self, ranks: Iterable[int], *, window_per_rank: int = WINDOW_PER_RANK, wait_s: float | None = None
+    ) -> None:
+        self.decode = Decoder()
+        self.window_per_rank, self.wait_s = window_per_rank, wait_s
+        self.seen = 0
+        self.last: dict[int, int] = dict.fromkeys(ranks, 0)  # rank -> when it last wrote (records seen then)
+        self.expected = len(self.last)
+        self._recount = 0
+        self._groups: dict[tuple, _Group] = {}
+        self._order: deque[tuple] = deque()
+        self._positions = _Positions(self.window)
+        self.records = self.folded = self.whole = 0
+
+    @property
+    def window(self) -> int:
+        return self.window_per_rank * max(1, len(self.last))
+
+    def add(self, text: bytes, ts: int, rank: int, obj: dict | None = None) -> list[Folded]:
+        key, member = self.decode(text, ts, rank, obj)
+        self.seen += 1
+        self.records += 1
+        if rank not in self.last:
+            self.expected += 1
+        self.last[rank] = self.seen
+        gid = (key, self._positions.next((rank, key)))
+        group = self._groups.get(gid)
+        if group is None:
+            group = self._groups[gid] = _Group(self.seen, time.monotonic() if self.wait_s is not None else 0.0)
+            self._order.append(gid)
+        group.members.append(member)
+        self._recount -= 1
+        if self._recount <= 0:  # (every so often: a pass over the ranks)
+            self._recount = self.window // 4
+            self.expected = len(self._active())
+        return self._release(False) if len(group.members) >= self.expected or self._due() else []
+
+    def _active(self) -> list[int]:
+        since = self.seen - self.window
+        return [rank for rank, at in self.last.items() if at > since]
+
+    def _due(self) -> bool:
+        return bool(self._order) and self.seen - self._groups[self._order[0]].opened > self.window
+
+    def _release(self, everything: bool, now: float | None = None) -> list[Folded]:
+        out = []
+        while self._order:
+            group = self._groups[self._order[0]]
+            if not (
+                everything
+                or len(group.members) >= self.expected
+                or self.seen - group.opened > self.window
+                or (now is not None and now - group.since >= self.wait_s)
+            ):
+                break
+            del self._groups[self._order.popleft()]
+            out.append(self._judge(group))
+        return out
+
+    def _judge(self, group: _Group) -> Folded:
+        present = {m.rank for m in group.members}
+        missing = [] if len(present) >= self.expected else sorted(set(self._active()) - present)
+        folded = fold(group.members, max(self.expected, len(present)), missing)
+        self.folded += bool(folded.ranks)
+        self.whole += len(folded.whole)
+        return folded
+
+    def expire(self, now: float) -> list[Folded]:
+        """The groups that have waited `wait_s` seconds (and those before them)."""
+        return self._release(False, now) if self.wait_s is not None else []
+
+    def flush(self) -> list[Folded]:
+        """The stream has ended: every group left."""
+        return self._release(True)
