@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import format as fmt
+from ...wording import plural
 from ..read import from_json
 from ._fold import Address, Folded, Member, fold
 
@@ -212,3 +213,9 @@ class Collapser:
     def flush(self) -> list[Folded]:
         """The stream has ended: every group left."""
         return self._release(True)
+
+    def summary(self) -> str:
+        return (
+            f"collapsed into {plural(self.folded + self.whole, 'record')} ({plural(self.folded, 'folded record')}, "
+            f"{plural(self.whole, 'record')} kept whole)"
+        )

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ... import format as fmt
-from ...wording import plural
 from ..output import output, write_all
 from ..read import Record, Source
 from ._collapse import Collapser
@@ -84,7 +83,7 @@ def write_collapsed(
     collapse = Collapser(ranks)
     world = max((int((s.meta or {}).get("world_size") or 0) for s in sources), default=0) or None
     as_json = args.format == "jsonl"
-    written = lines = 0
+    written = 0
     with output(args.output, [s.path for s in sources]) as fd:
         write_all(fd, head)
         for batch in merge.batches(select):
@@ -97,8 +96,4 @@ def write_collapsed(
             if released:
                 write_all(fd, render(released, as_json, world))
         write_all(fd, render(collapse.flush(), as_json, world))
-    lines = collapse.folded + collapse.whole
-    return written, (
-        f"; collapsed into {plural(lines, 'line')} ({plural(collapse.folded, 'folded record')}, "
-        f"{plural(collapse.whole, 'record')} kept whole)"
-    )
+    return written, f"; {collapse.summary()}"

@@ -306,7 +306,7 @@ def tag_text(folded: Folded) -> str:
         for rank, value in first.theirs.items():
             theirs.setdefault(_cut(value), []).append(rank)
         name = "" if first.name.startswith("#") else f"{first.name}="
-        usual = summary_text(first.usual)
+        usual = summary_text(first.usual, slot=first.name.startswith("#"))
         text += f": {name}{usual if type(first.usual) is Spread else _cut(usual)}; " + "; ".join(
             f"{ranks_text(r)}: {name}{v}" for v, r in theirs.items()
         )
