@@ -61,7 +61,7 @@ def test_a_16_rank_run_folds_to_one_ranks_lines_with_the_nan_rank_marked(nan_run
     assert whole and all(t.startswith("rank 2 differs: ") for t in whole)
     lines = [line for line in out.splitlines() if "[rank 2 differs" in line]
     assert all(f"step={NAN_STEP}" in line for line in lines)
-    assert "nan=2048" in lines[0]  # the first NaN: the square root's gradient
+    assert "[rank 2 differs: nan=2048] grad_stats " in lines[0]  # the first NaN: the square root's gradient
     begins = [line for line in lines if "allreduce begin" in line]
     assert len(begins) == 2 and all("norm=nan" in b and re.search(r"checksum=[0-9a-f]{16}", b) for b in begins)
     ended = [line for line in out.splitlines() if "] allreduce end " in line and f"step={NAN_STEP - 1} " in line]
@@ -83,7 +83,7 @@ def test_jsonl_gives_each_folded_record_its_ranks_and_values(nan_run, cli):
     assert set(ends[0]["fields"]["wait_us"]) == {"min", "max", "max_rank"}
     apart = [o for o in folded if "apart" in o]
     assert apart and all(o["ranks"] == [[0, 1], [3, 15]] for o in apart)
-    assert {a["field"] for o in apart for a in o["apart"]} == {"nan", "norm"}
+    assert {a["value"] for o in apart for a in o["apart"]} == {"nan", "norm"}
     whole = [o for o in objs if "mark" in o]
     assert whole and all(o["rank"] == NAN_RANK and o["mark"].startswith("differs: ") for o in whole)
 
@@ -96,17 +96,20 @@ def _run(tmp: Path, files: dict[int, list[tuple[int, str]]], world: int = 4) -> 
     return run
 
 
+LOCAL = ["0a1b2c3d4e5f6a7b", "1b2c3d4e5f6a7b8c", '"9541839135662427"', "3d4e5f6a7b8c9d0e"]  # a writer quotes digits
+
+
 def _step(rank: int, step: int, wait: int, checksum: str = "da416017a6f32a5e") -> list[tuple[int, str]]:
     t = T0 + 1_000_000 * step + 100 * rank
     return [
-        (t, f"I allreduce begin step={step} bucket=0 norm={1 + rank / 10 + step / 100}"),
+        (t, f"I allreduce begin step={step} bucket=0 checksum={LOCAL[rank]} norm={1 + rank / 10 + step / 100}"),
         (t + 50, f"I allreduce end step={step} bucket=0 checksum={checksum} wait_us={wait}"),
     ]
 
 
 def test_values_agree_spread_or_set_a_minority_apart(tmp_path, cli):
     """Four ranks, three steps: agreeing values print once, numbers that differ as their spread (durations
-    with the rank that waited longest), and rank 3's other checksum at step 1 sets it apart."""
+    with the rank that waited longest; local checksums, one of them quoted, counted), and rank 3's other checksum at step 1 sets it apart."""
     files = {
         r: [
             rec
@@ -118,7 +121,7 @@ def test_values_agree_spread_or_set_a_minority_apart(tmp_path, cli):
     code, out, err = cli("merge", "--collapse", _run(tmp_path, files))
     assert code == 0, err
     lines = [line.split("] ", 1)[1] for line in out.splitlines() if line[:1] == "I" and "distvlog-meta" not in line]
-    assert lines[0] == "[ranks 0-3] allreduce begin step=0 bucket=0 norm=1..1.3"
+    assert lines[0] == "[ranks 0-3] allreduce begin step=0 bucket=0 checksum=<4 values> norm=1..1.3"
     assert lines[1] == "[ranks 0-3] allreduce end step=0 bucket=0 checksum=da416017a6f32a5e wait_us=1000..4000 max@3"
     assert lines[3] == (
         "[ranks 0-2: checksum=da416017…; rank 3: checksum=77c0a1b2…] allreduce end step=1 bucket=0 "

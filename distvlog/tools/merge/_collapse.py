@@ -22,90 +22,81 @@ import re
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
 
-from ... import format as fmt
 from ...wording import plural
-from ..read import from_json
-from ._fold import Address, Folded, Member, fold
+from ._fold import Folded, Member, Shape, fold
 
 WINDOW_PER_RANK = 256
 IDENTITY = ("step", "bucket", "epoch", "iteration", "iter")  # fields that say which "same" record it is
 CACHE_BODIES = 1 << 16  # decoded bodies kept: ranks mostly write the same bytes after the rank tag
 _PREFIX = re.compile(rb"([IWEF])(\d{4} \d\d:\d\d:\d\d\.\d{6}) +(\S+) (.*?):(\d+)\] (?:\[rank \d+\] )?")
 _VALUE = re.compile(
+    r"(?=[-0-9a-fin\"])"  # (what a value can start with: most places are rejected at once)
     r"(0x[0-9a-fA-F]+"  # an address
-    r"|\b(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b"  # a hex digest
-    r"|(?<![\w.])-[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"  # a number
-    r"|\b(?:nan|inf)\b)"
+    r"|\"[0-9a-f]{8,}\""  # a hex digest quoted (as a writer quotes one of digits only: it reads as a str)
+    r"|(?<![\w.])-[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"  # a negative number
+    r"|\b[0-9a-f]{8,}\b"  # a hex digest (or a long int)
+    r"|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"  # a number
+    r"|-?\b(?:nan|inf)\b(?!=))"  # (not a field named so: `nan=0`)
 )
-_HEX = re.compile(r"[0-9a-f]*[a-f][0-9a-f]*")
-_DIGITS = re.compile(r"[0-9]+")
 _SPACES = re.compile(r"  +")
-# A record's message cut into its text and its values (as written and as values), its fields, its group key.
-Decoded = tuple[list[str], list[str], list[Any], dict[str, Any], tuple]
-
-
-def _value(token: str) -> Any:
-    """A value set aside from a message, as the type it reads as."""
-    if token.startswith("0x"):
-        return Address(token)
-    if _HEX.fullmatch(token):
-        return token
-    if token in ("nan", "inf") or any(c in token for c in ".eE"):
-        return float(token)
-    return int(token)
+# The field a value is in: ` NAME=` and no space after it (a field's value has none, but in quotes).
+_FIELD_START = re.compile(r'(?:^| |\n|\0)([^\s="\0]+)=[^\s]*$')
 
 
 class Decoder:
-    """Records (glog text in our form, as the reader yields them, or JSON-lines objects) into Members and their
-    group keys. Ranks write the same bodies over and over: each is decoded once (a bounded cache)."""
+    """Records (glog text in our form, as the reader yields them: other programs' and JSON lines rewritten
+    into it) into Members and their group keys. Ranks write the same bodies over and over, and bodies of one
+    shape: each is decoded once (bounded caches)."""
 
     def __init__(self) -> None:
-        self._bodies: dict[bytes, Decoded] = {}
+        self._bodies: dict[bytes, tuple[Shape, list[str], tuple]] = {}
+        self._shapes: dict[tuple[str, ...], tuple[Shape, tuple[int, ...]]] = {}
 
-    def __call__(self, text: bytes, ts: int, rank: int, obj: dict | None = None) -> tuple[tuple, Member]:
+    def __call__(self, text: bytes, ts: int, rank: int) -> tuple[tuple, Member]:
         match = _PREFIX.match(text)
-        if match is None:  # not a record the reader makes; kept whole under a key of its own
-            return (text,), Member(rank, ts, "I", "", 0, "", 0, [text.decode("utf-8", "replace")], [], [], {}, text)
+        if match is None:  # not a record the reader makes: kept whole, under a key of its own
+            return (text,), Member(rank, ts, "I", "", "", "", "", _LOOSE, [], text)
         severity, stamp, tid, file, line = (g.decode("utf-8", "replace") for g in match.groups())
-        if obj is not None:
-            record = from_json(obj, ts, rank)
-            parts, tokens, slots, fields, key = _decoded(record.event, record.fields)
-        else:
-            body = text[match.end() :]
-            hit = self._bodies.get(body)
-            if hit is None:
-                if len(self._bodies) >= CACHE_BODIES:
-                    self._bodies.clear()
-                hit = self._bodies[body] = _decode_body(body)
-            parts, tokens, slots, fields, key = hit
-        tid_value = int(tid) if tid.isdigit() else tid
-        member = Member(rank, ts, severity, stamp, tid_value, file, int(line), parts, tokens, slots, fields, text)
-        return (severity, file, line, key), member
+        body = text[match.end() :]
+        hit = self._bodies.get(body)
+        if hit is None:
+            if len(self._bodies) >= CACHE_BODIES:
+                self._bodies.clear()
+            hit = self._bodies[body] = self._decode(body)
+        shape, tokens, key = hit
+        return (severity, file, line, key), Member(rank, ts, severity, stamp, tid, file, line, shape, tokens, text)
+
+    def _decode(self, body: bytes) -> tuple[Shape, list[str], tuple]:
+        pieces = _VALUE.split(body.decode("utf-8", "replace"))
+        parts, tokens = tuple(pieces[0::2]), pieces[1::2]
+        found = self._shapes.get(parts)
+        if found is None:
+            if len(self._shapes) >= CACHE_BODIES:
+                self._shapes.clear()
+            found = self._shapes[parts] = _shape(parts)
+        shape, identity = found
+        # (padding that a value's width changes, as in the meta record's clocks, does not make another record)
+        key = (_SPACES.sub(" ", "\0".join(parts)), *(tokens[k] for k in identity))
+        return shape, tokens, key
 
 
-def _decode_body(body: bytes) -> Decoded:
-    text = body.decode("utf-8", "replace")
-    text = text[:-1] if text.endswith("\n") else text
-    first, nl, rest = text.partition("\n")
-    parsed = fmt.split_body(first)
-    return _decoded(parsed.message + nl + rest, parsed.fields)
+def _shape(parts: tuple[str, ...]) -> tuple[Shape, tuple[int, ...]]:
+    """Each value's name (the field it is in, else its place in the message) and whether it is its field's
+    whole value; which values say which record of a kind it is (IDENTITY)."""
+    names, simple = [], []
+    before = ""
+    for k, part in enumerate(parts[:-1]):
+        before = (before + "\0" + part)[-200:]
+        field = _FIELD_START.search(before)
+        names.append(field.group(1) if field else f"#{k}")
+        after = parts[k + 1]
+        simple.append(bool(field) and before.endswith("=") and (not after or after[0] in " \n"))
+    identity = tuple(k for k, name in enumerate(names) if name in IDENTITY and simple[k])
+    return Shape(parts, tuple(names), tuple(simple)), identity
 
 
-def _decoded(event: str, fields: dict[str, Any]) -> Decoded:
-    """A message cut into its text and its values, and what of the record says which group it is in."""
-    pieces = _VALUE.split(event)
-    parts, tokens = pieces[0::2], pieces[1::2]
-    node = fields.get(fmt.NODE)
-    identity = tuple(_hashable(fields.get(name)) for name in IDENTITY)
-    text = _SPACES.sub(" ", "\0".join(parts))  # (padding that a value's width changes: the meta record's clocks)
-    key = (text, _DIGITS.sub("#", node) if type(node) is str else None, identity)
-    return parts, tokens, [_value(t) for t in tokens], fields, key
-
-
-def _hashable(value: Any) -> Any:
-    return fmt.value_text(value) if type(value) in (list, dict) else value
+_LOOSE = Shape(("",), (), ())
 
 
 class _Positions:
@@ -157,8 +148,8 @@ class Collapser:
     def window(self) -> int:
         return self.window_per_rank * max(1, len(self.last))
 
-    def add(self, text: bytes, ts: int, rank: int, obj: dict | None = None) -> list[Folded]:
-        key, member = self.decode(text, ts, rank, obj)
+    def add(self, text: bytes, ts: int, rank: int) -> list[Folded]:
+        key, member = self.decode(text, ts, rank)
         self.seen += 1
         self.records += 1
         if rank not in self.last:

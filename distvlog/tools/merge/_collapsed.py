@@ -16,9 +16,9 @@ from typing import Any
 
 from ... import format as fmt
 from ..output import output, write_all
-from ..read import Record, Source
+from ..read import Source, from_glog
 from ._collapse import Collapser
-from ._fold import Folded, Member, message_text, ranks_json, summary_json, summary_text, tag_text
+from ._fold import Folded, Member, body_text, ranks_json, summary_json, tag_text
 from ._kway import KWayMerge
 
 
@@ -26,9 +26,8 @@ def text(folded: Folded) -> bytes:
     out = []
     if folded.first is not None:
         first = folded.first
-        prefix = f"{first.severity}{first.stamp} {first.tid} {first.file}:{first.line}] [{tag_text(folded)}] "
-        fields = "".join(f"{fmt.field_text(name)}{summary_text(s)}" for name, s in folded.fields.items())
-        out.append(fmt.record_text(prefix, message_text(folded), fields).encode("utf-8", "backslashreplace"))
+        head = f"{first.severity}{first.stamp} {first.tid} {first.file}:{first.line}] [{tag_text(folded)}] "
+        out.append(f"{head}{body_text(folded)}".encode("utf-8", "backslashreplace"))
     out += [marked(member, mark) for member, mark in folded.whole]
     return b"".join(out)
 
@@ -45,25 +44,29 @@ def json(folded: Folded, world: int | None = None) -> bytes:
     out = []
     if folded.first is not None:
         first = folded.first
+        body = fmt.split_body(body_text(folded, compact=True).partition("\n")[0])
+        fields: dict[str, Any] = dict(body.fields)
+        for name, simple, summary in zip(first.shape.names, first.shape.simple, folded.values):
+            if simple:
+                fields[name] = summary_json(summary)
         obj: dict[str, Any] = {
             fmt.TS: first.ts,
             fmt.SEVERITY: first.severity,
             "ranks": ranks_json(folded.ranks),
             "count": len(folded.ranks),
-            fmt.TID: first.tid,
+            fmt.TID: int(first.tid) if first.tid.isdigit() else first.tid,
             fmt.FILE: first.file,
-            fmt.LINE: first.line,
-            fmt.EVENT: message_text(folded),
-            "fields": {name: summary_json(s) for name, s in folded.fields.items()},
+            fmt.LINE: int(first.line),
+            fmt.EVENT: body.message,
+            "fields": fields,
         }
         if folded.apart:
-            obj["apart"] = [{"field": a.name, "usual": summary_json(a.usual), "ranks": a.theirs} for a in folded.apart]
+            obj["apart"] = [{"value": a.name, "usual": summary_json(a.usual), "ranks": a.theirs} for a in folded.apart]
         if folded.missing:
             obj["missing"] = ranks_json(folded.missing)
         out.append(fmt.json_record(obj))
     for member, mark in folded.whole:
-        record = Record(member.ts, member.severity, member.rank, member.tid, member.file, member.line, member.event)
-        record.fields = member.fields
+        record = from_glog(member.text, member.ts, member.rank)
         out.append(fmt.json_record({**record.as_json(world), "mark": mark}))
     return b"".join(out)
 
@@ -90,8 +93,7 @@ def write_collapsed(
             released = []
             for which, i in zip(batch.which.tolist(), batch.index.tolist()):
                 block = batch.blocks[which]
-                obj = block.objs[i] if block.objs is not None else None
-                released += collapse.add(block.text(i), int(block.ts[i]), int(block.rank[i]), obj)
+                released += collapse.add(block.text(i), int(block.ts[i]), int(block.rank[i]))
             written += len(batch)
             if released:
                 write_all(fd, render(released, as_json, world))

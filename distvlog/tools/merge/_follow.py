@@ -475,7 +475,7 @@ class Follow:
         released = []
         for j, i in enumerate(kept.tolist()):
             text = stamped[starts[j] : starts[j] + lengths[j]]
-            released += self.collapse.add(text, int(ts[j]), int(batch.rank[i]), batch.objs[i])
+            released += self.collapse.add(text, int(ts[j]), int(batch.rank[i]))
         self._write_folded(released)
 
     def _write_folded(self, released: list) -> None:
