@@ -29,7 +29,7 @@ from ._fold import Folded, Member, Shape, fold
 WINDOW_PER_RANK = 256
 IDENTITY = ("step", "bucket", "epoch", "iteration", "iter")  # fields that say which "same" record it is
 CACHE_BODIES = 1 << 16  # decoded bodies kept: ranks mostly write the same bytes after the rank tag
-_PREFIX = re.compile(rb"([IWEF])(\d{4} \d\d:\d\d:\d\d\.\d{6}) +(\S+) (.*?):(\d+)\] (?:\[rank \d+\] )?")
+_PREFIX = re.compile(rb"[IWEF][0-9]{4} [0-9:.]{15} +\S+ (.*?:[0-9]+)\] (?:\[rank [0-9]+\] )?")
 _VALUE = re.compile(
     r"(?=[-0-9a-fin\"])"  # (what a value can start with: most places are rejected at once)
     r"(0x[0-9a-fA-F]+"  # an address
@@ -56,8 +56,7 @@ class Decoder:
     def __call__(self, text: bytes, ts: int, rank: int) -> tuple[tuple, Member]:
         match = _PREFIX.match(text)
         if match is None:  # not a record the reader makes: kept whole, under a key of its own
-            return (text,), Member(rank, ts, "I", "", "", "", "", _LOOSE, [], text)
-        severity, stamp, tid, file, line = (g.decode("utf-8", "replace") for g in match.groups())
+            return (text,), Member(rank, ts, 0, _LOOSE, [], text)
         body = text[match.end() :]
         hit = self._bodies.get(body)
         if hit is None:
@@ -65,7 +64,7 @@ class Decoder:
                 self._bodies.clear()
             hit = self._bodies[body] = self._decode(body)
         shape, tokens, key = hit
-        return (severity, file, line, key), Member(rank, ts, severity, stamp, tid, file, line, shape, tokens, text)
+        return (text[0], match.group(1), key), Member(rank, ts, match.end(1), shape, tokens, text)
 
     def _decode(self, body: bytes) -> tuple[Shape, list[str], tuple]:
         pieces = _VALUE.split(body.decode("utf-8", "replace"))
@@ -138,15 +137,12 @@ class Collapser:
         self.seen = 0
         self.last: dict[int, int] = dict.fromkeys(ranks, 0)  # rank -> when it last wrote (records seen then)
         self.expected = len(self.last)
+        self.window = window_per_rank * max(1, len(self.last))
         self._recount = 0
         self._groups: dict[tuple, _Group] = {}
         self._order: deque[tuple] = deque()
         self._positions = _Positions(self.window)
         self.records = self.folded = self.whole = 0
-
-    @property
-    def window(self) -> int:
-        return self.window_per_rank * max(1, len(self.last))
 
     def add(self, text: bytes, ts: int, rank: int) -> list[Folded]:
         key, member = self.decode(text, ts, rank)
@@ -154,6 +150,7 @@ class Collapser:
         self.records += 1
         if rank not in self.last:
             self.expected += 1
+            self.window = self.window_per_rank * len(self.last)
         self.last[rank] = self.seen
         gid = (key, self._positions.next((rank, key)))
         group = self._groups.get(gid)

@@ -26,8 +26,8 @@ def text(folded: Folded) -> bytes:
     out = []
     if folded.first is not None:
         first = folded.first
-        head = f"{first.severity}{first.stamp} {first.tid} {first.file}:{first.line}] [{tag_text(folded)}] "
-        out.append(f"{head}{body_text(folded)}".encode("utf-8", "backslashreplace"))
+        tail = f"] [{tag_text(folded)}] {body_text(folded)}".encode("utf-8", "backslashreplace")
+        out.append(first.text[: first.head] + tail)
     out += [marked(member, mark) for member, mark in folded.whole]
     return b"".join(out)
 
@@ -45,18 +45,19 @@ def json(folded: Folded, world: int | None = None) -> bytes:
     if folded.first is not None:
         first = folded.first
         body = fmt.split_body(body_text(folded, compact=True).partition("\n")[0])
+        head = fmt.parse_glog(first.text[: first.head].decode("utf-8", "replace") + "] ")
         fields: dict[str, Any] = dict(body.fields)
         for name, simple, summary in zip(first.shape.names, first.shape.simple, folded.values):
             if simple:
                 fields[name] = summary_json(summary)
         obj: dict[str, Any] = {
             fmt.TS: first.ts,
-            fmt.SEVERITY: first.severity,
+            fmt.SEVERITY: head.severity,
             "ranks": ranks_json(folded.ranks),
             "count": len(folded.ranks),
-            fmt.TID: int(first.tid) if first.tid.isdigit() else first.tid,
-            fmt.FILE: first.file,
-            fmt.LINE: int(first.line),
+            fmt.TID: head.tid,
+            fmt.FILE: head.file,
+            fmt.LINE: head.line,
             fmt.EVENT: body.message,
             "fields": fields,
         }

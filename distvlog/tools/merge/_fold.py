@@ -72,11 +72,7 @@ class Member:
 
     rank: int
     ts: int
-    severity: str
-    stamp: str  # `mmdd hh:mm:ss.uuuuuu` as the output shows it
-    tid: str
-    file: str
-    line: str
+    head: int  # where its first line's `] [rank R] ` is (its text up to there: time, thread and site)
     shape: Shape
     tokens: list[str]  # its values as written
     text: bytes  # the whole record as glog text (shown as it is when it stands apart)
