@@ -198,3 +198,23 @@ def test_json_lines_input_folds_too(jsonl_run, cli):
     tags = FOLDED.findall(out)
     assert set(tags) == {"ranks 0,1"}
     assert "] [ranks 0,1] plain r0..1t" in out
+
+
+def test_follow_folds_a_running_job_live(tmp_path):
+    """`merge --follow --collapse` on four real rank processes writing while it runs: each tick (one record per
+    rank, every fifth spanning three lines) comes out once, folded over the four ranks, and it ends by itself."""
+    from test_merge_follow import WORLD, finish, start_follow, start_rank
+
+    follow = start_follow(tmp_path, "logs/live", "--collapse", "--delay", "0.5", "-o", "out.log")
+    ranks = [start_rank(tmp_path, r, 12, 0.05) for r in range(WORLD)]
+    for rank in ranks:
+        assert rank.wait(timeout=180) == 0
+    code, err = finish(follow)
+    out = (tmp_path / "out.log").read_text()
+    assert code == 0, err
+    ticks = [line for line in out.splitlines() if "] tick " in line]
+    assert [t.split("] ", 1)[1] for t in ticks] == [
+        f"[ranks 0-3] tick {i} i={i}" + (" +lines=2" if i % 5 == 4 else "") for i in range(12)
+    ]
+    assert "second line of 4" in out
+    assert "collapsed into " in err
