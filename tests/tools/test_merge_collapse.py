@@ -42,6 +42,20 @@ def nan_run(tmp_path_factory) -> Path:
     return Path(re.search(r"distvlog launch: logs: (\S+)/ \(", proc.stderr).group(1))
 
 
+def test_report_shows_the_collapsed_timeline_around_the_first_difference(nan_run, cli, tmp_path):
+    """`distvlog report`: a table of the folded records just before rank 2's first NaN, the line naming both
+    sides of it and rank 2's record kept whole, marked."""
+    code, _, err = cli("report", nan_run, "-o", tmp_path / "report.html")
+    assert code == 0, err
+    page = (tmp_path / "report.html").read_text()
+    table = page[page.index('<section id="timeline">') : page.index('<section id="plots">')]
+    rows = re.findall(r"<tr( class=apart)?><td>[^<]*</td><td>[^<]*</td><td>([^<]*)</td>", table)
+    first = next(i for i, (apart, _) in enumerate(rows) if apart)
+    assert first == 8 and all(who == "ranks 0-15" for _, who in rows[:first])
+    assert rows[first][1].startswith("ranks 0,1,3-15: nan=0; rank 2: nan=2048")
+    assert rows[first + 1] == (" class=apart", "rank 2 differs: nan=2048")
+
+
 def per_rank_records(err: str) -> int:
     return int(re.search(r"\(ranks 0-15: ([\d,]+) each\)", err).group(1).replace(",", ""))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ...errors import InputError
@@ -19,9 +20,12 @@ from ..read import (
     PAD,
     Arena,
     Source,
+    Warn,
     add_input_arguments,
     after_reading,
+    ignore,
     open_inputs,
+    open_sources,
     say_runs_read,
     skipped_text,
     total,
@@ -40,7 +44,7 @@ READ_AHEAD_MIN_BYTES = 1 << 20
 # of the next), so an input's block is this budget shared out, within the bounds below.
 BLOCKS_BUDGET = 32 << 20
 MIN_BLOCK, MAX_BLOCK = 32 << 10, 4 << 20
-__all__ = ["follow", "register", "run", "summary"]
+__all__ = ["Row", "collapsed", "follow", "register", "rows", "run", "stands_apart", "summary"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -96,12 +100,38 @@ def _seconds(text: str) -> float:
 
 
 def __getattr__(name: str) -> Any:
-    """`follow` (the launcher's `launch --follow`) from its module, imported on first use (PEP 562)."""
+    """`follow` (the launcher's `launch --follow`) and the collapsed timeline's rows (report's table) from their
+    modules, imported on first use (PEP 562): a plain merge does not load them."""
     if name == "follow":
         from ._follow import follow
 
         return follow
+    if name in ("Row", "rows", "stands_apart"):
+        from . import _collapsed
+
+        return getattr(_collapsed, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def collapsed(paths: list[str], warn: Warn = ignore) -> Iterator[Any]:
+    """The records of PATHS merged and folded as `merge --collapse` folds them, a judged group at a time
+    (`rows(group)` reads one as table rows)."""
+    import numpy as np
+
+    from ._collapse import Collapser
+    from ._collapsed import folded_batches
+
+    sources = open_sources(paths, warn=warn)
+    try:
+        for source in sources:
+            source.display_offset_s = sources[0].utc_offset_s
+        merge = KWayMerge(sources, _arena(sources).alloc, Inline())
+        collapse = Collapser({s.rank for s in sources if s.rank is not None})
+        for released in folded_batches(merge, lambda block: np.arange(len(block)), collapse):
+            yield from released
+    finally:
+        for source in sources:
+            source.close()
 
 
 def _progress(sources: list[Source]):

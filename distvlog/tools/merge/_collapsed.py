@@ -11,8 +11,8 @@ record kept whole as merge writes it, with its `mark`.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 from ... import format as fmt
 from ..output import output, write_all
@@ -76,27 +76,68 @@ def render(groups: Iterable[Folded], as_json: bool, world: int | None = None) ->
     return b"".join(json(f, world) if as_json else text(f) for f in groups)
 
 
+def folded_batches(merge: KWayMerge, select: Callable, collapse: Collapser) -> Iterator[list[Folded]]:
+    """The merged records fed to the folding, a batch at a time: what each batch released; the rest at the end."""
+    for batch in merge.batches(select):
+        released = []
+        for which, i in zip(batch.which.tolist(), batch.index.tolist()):
+            block = batch.blocks[which]
+            released += collapse.add(block.text(i), int(block.ts[i]), int(block.rank[i]))
+        yield released
+    yield collapse.flush()
+
+
 def write_collapsed(
     args: argparse.Namespace, sources: list[Source], merge: KWayMerge, select: Callable, head: bytes
 ) -> tuple[int, str]:
-    """`merge --collapse`: the merged records, folded, to the output; returns how many records were read
-    into it and what the folding made of them (for merge's summary)."""
+    """`merge --collapse`: the merged records, folded, to the output; how many records were read into it and
+    what the folding made of them (for merge's summary)."""
     ranks = {s.rank for s in sources if s.rank is not None}
     if getattr(select, "ranks", None) is not None:
         ranks &= set(select.ranks.tolist())
     collapse = Collapser(ranks)
     world = max((int((s.meta or {}).get("world_size") or 0) for s in sources), default=0) or None
-    as_json = args.format == "jsonl"
-    written = 0
     with output(args.output, [s.path for s in sources]) as fd:
         write_all(fd, head)
-        for batch in merge.batches(select):
-            released = []
-            for which, i in zip(batch.which.tolist(), batch.index.tolist()):
-                block = batch.blocks[which]
-                released += collapse.add(block.text(i), int(block.ts[i]), int(block.rank[i]))
-            written += len(batch)
+        for released in folded_batches(merge, select, collapse):
             if released:
-                write_all(fd, render(released, as_json, world))
-        write_all(fd, render(collapse.flush(), as_json, world))
-    return written, f"; {collapse.summary()}"
+                write_all(fd, render(released, args.format == "jsonl", world))
+    return collapse.records, f"; {collapse.summary()}"
+
+
+class Row(NamedTuple):
+    """A line of a collapsed timeline for a table: its time, where, who wrote it, what; `marked` when it sets
+    ranks apart."""
+
+    stamp: str
+    site: str
+    who: str
+    text: str
+    marked: bool
+
+
+def rows(folded: Folded) -> list[Row]:
+    """A judged group as table rows: its folded record, then each record kept whole (first lines only)."""
+    out = []
+    if folded.first is not None:
+        body = body_text(folded).partition("\n")[0]
+        out.append(Row(*_head(folded.first), tag_text(folded), body, bool(folded.apart or folded.missing)))
+    for member, mark in folded.whole:
+        body = member.text.decode("utf-8", "replace").partition("\n")[0]
+        tag = fmt.RANK_TAG_PATTERN.search(body.encode())
+        out.append(Row(*_head(member), f"rank {member.rank} {mark}", body[tag.end() :] if tag else body, True))
+    return out
+
+
+def _head(member: Member) -> tuple[str, str]:
+    head = member.text[: member.head].decode("utf-8", "replace")
+    return head[1:21], head.rsplit(" ", 1)[-1]
+
+
+def stands_apart(folded: Folded) -> bool:
+    """Whether ranks differ in this group (a value apart, a record kept whole but for a rank alone in the
+    job) or it holds an error."""
+    severe = any(m.text[:1] in b"EF" for m, _ in folded.whole) or (
+        folded.first is not None and folded.first.text[:1] in b"EF"
+    )
+    return severe or bool(folded.apart) or any(mark.startswith("differs") for _, mark in folded.whole)

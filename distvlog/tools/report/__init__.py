@@ -18,6 +18,7 @@ from ..diff import Report, analyse, line, load
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
 from ._series import Panel, panels
+from ._timeline import around_first_difference, table_html
 
 PALETTE_SIZE = 24  # plotly's Dark24: a colour per rank up to 24 ranks, then they repeat
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     logs = load(args.paths, warner("report"))
     report = analyse(logs)
     drawn = panels(logs, args.paths)
-    page = render(report, drawn, " ".join(args.paths))
+    page = render(report, drawn, " ".join(args.paths), table_html(around_first_difference(args.paths)))
     with output(args.output, [f.path for f in resolve_inputs(args.paths)]) as fd:
         write_all(fd, page.encode("utf-8"))
     print(
@@ -150,10 +151,13 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 1.2em; }
 .bad { color: #b00020; } .good { color: #1b7a1b; }
 li { margin: 0.3em 0; font-family: ui-monospace, monospace; font-size: 0.9em; white-space: pre-wrap; }
 .meta { color: #666; }
+.timeline { border-collapse: collapse; font-family: ui-monospace, monospace; font-size: 0.8em; }
+.timeline td, .timeline th { text-align: left; padding: 1px 8px; vertical-align: top; }
+.timeline .apart { background: #fde8ec; }
 """
 
 
-def render(report: Report, drawn: list[Panel], source: str) -> str:
+def render(report: Report, drawn: list[Panel], source: str, timeline: str = "") -> str:
     counts = ", ".join(f"{n:,} {k}" for k, n in report.counts.items() if n)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>distvlog report: {html.escape(source)}</title>
@@ -163,6 +167,9 @@ def render(report: Report, drawn: list[Panel], source: str) -> str:
 <p class="meta">{html.escape(source)}: {html.escape(ranks_text(report.ranks))}; {html.escape(counts)}</p>
 <section id="findings">
 {findings_html(report)}
+</section>
+<section id="timeline">
+{timeline}
 </section>
 <section id="plots">
 {figure_html(report, drawn)}
