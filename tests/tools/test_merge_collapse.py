@@ -81,6 +81,9 @@ def test_a_16_rank_run_folds_to_one_ranks_lines_with_the_nan_rank_marked(nan_run
     ended = [line for line in out.splitlines() if "] allreduce end " in line and f"step={NAN_STEP - 1} " in line]
     assert re.search(r"checksum=[0-9a-f]{16} wait_us=\S+\.\.\S+ max@\d+", ended[0])  # agreed; spread
     assert f"collapsed into {len(tags):,} records" in err
+    code, out, err = cli("merge", "--collapse", "--grep", "allreduce .* step=5 ", nan_run)  # the filters first
+    tags = FOLDED.findall(out)
+    assert len(tags) == 6 and [t for t in tags if t.startswith("rank ")] == ["rank 2 differs: norm=nan"] * 2
 
 
 def test_jsonl_gives_each_folded_record_its_ranks_and_values(nan_run, cli):
