@@ -5,18 +5,18 @@ on synthetic rank files in our format, on other programs' glog, and live (`--fol
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from tools_logfiles import T0, ours
 
-from distvlog.tools.merge._collapse import Collapser
+sys.path.insert(0, str(Path(__file__).parents[1] / "distributed"))
+from launch_testkit import launch_train  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+from distvlog.tools.merge._collapse import Collapser  # noqa: E402
+
 RANKS = 16
 NAN_RANK, NAN_STEP = 2, 5
 FOLDED = re.compile(r"^[IWEF]\d{4} [\d:.]{15} \S+ \S+\] \[(ranks? [^\]]*)\] ", re.M)
@@ -26,20 +26,8 @@ FOLDED = re.compile(r"^[IWEF]\d{4} [\d:.]{15} \S+ \S+\] \[(ranks? [^\]]*)\] ", r
 def nan_run(tmp_path_factory) -> Path:
     """16 ranks of launch/train.py, 6 steps, rank 2's gradients NaN from step 5: healthy before, and every rank
     NaN alike after its allreduce."""
-    tmp = tmp_path_factory.mktemp("collapse16")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
-    env.update(PYTHONPATH=str(REPO), DISTVLOG_LOG_DIR=str(tmp / "logs"))
     args = ["--steps", "6", "--inject-nan-rank", str(NAN_RANK), "--inject-nan-step", str(NAN_STEP)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "distvlog", "launch", "-n", str(RANKS), str(REPO / "launch" / "train.py"), *args],
-        env=env,
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return Path(re.search(r"distvlog launch: logs: (\S+)/ \(", proc.stderr).group(1))
+    return launch_train(tmp_path_factory.mktemp("collapse16"), RANKS, *args)
 
 
 def test_report_shows_the_collapsed_timeline_around_the_first_difference(nan_run, cli, tmp_path):
