@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from ...wording import plural
-from ._fold import Folded, Member, Shape, fold
+from ._fold import LOOSE, Folded, Member, Shape, fold
 
 WINDOW_PER_RANK = 256
 IDENTITY = ("step", "bucket", "epoch", "iteration", "iter")  # fields that say which "same" record it is
@@ -55,8 +55,8 @@ class Decoder:
 
     def __call__(self, text: bytes, ts: int, rank: int) -> tuple[tuple, Member]:
         match = _PREFIX.match(text)
-        if match is None:  # not a record the reader makes: kept whole, under a key of its own
-            return (text,), Member(rank, ts, 0, _LOOSE, [], text)
+        if match is None:  # not a record in the reader's form: shown as it is, folded with nothing
+            return (text, rank), Member(rank, ts, 0, LOOSE, [], text)
         body = text[match.end() :]
         hit = self._bodies.get(body)
         if hit is None:
@@ -93,9 +93,6 @@ def _shape(parts: tuple[str, ...]) -> tuple[Shape, tuple[int, ...]]:
         simple.append(bool(field) and before.endswith("=") and (not after or after[0] in " \n"))
     identity = tuple(k for k, name in enumerate(names) if name in IDENTITY and simple[k])
     return Shape(parts, tuple(names), tuple(simple)), identity
-
-
-_LOOSE = Shape(("",), (), ())
 
 
 class _Positions:

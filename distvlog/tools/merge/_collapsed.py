@@ -35,7 +35,7 @@ def text(folded: Folded) -> bytes:
 def marked(member: Member, mark: str) -> bytes:
     """The record's own text, its rank tag saying why it stands apart: `[rank 17 only]`."""
     tag = fmt.RANK_TAG_PATTERN.search(member.text)
-    if tag is None:
+    if tag is None or not mark:
         return member.text
     return b"%s] [rank %d %s] %s" % (member.text[: tag.start()], member.rank, mark.encode(), member.text[tag.end() :])
 

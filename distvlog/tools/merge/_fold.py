@@ -66,6 +66,9 @@ class Shape:
     simple: tuple[bool, ...]  # the value is its field's whole value (`wait_us=4340`, not `node=relu2GradNode`)
 
 
+LOOSE = Shape(("",), (), ())  # a text that is not a record in the reader's form
+
+
 @dataclass(slots=True)
 class Member:
     """One rank's record in a group."""
@@ -127,6 +130,8 @@ class Folded:
 def fold(members: Sequence[Member], expected: int, missing: list[int]) -> Folded:
     """Judge a group (see the module's docstring): `expected` ranks should have written it, `missing` did not."""
     members = sorted(members, key=lambda m: (m.ts, m.rank))
+    if members[0].shape is LOOSE:
+        return Folded([], None, [], [], [(m, "") for m in members], missing)
     if 2 * len(members) <= expected:
         ranks = {m.rank for m in members}
         whole = [(m, "only" + (f", with {ranks_text(ranks - {m.rank})}" if len(ranks) > 1 else "")) for m in members]
