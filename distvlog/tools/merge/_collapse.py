@@ -1,9 +1,10 @@
 """`merge --collapse`: records that ranks wrote in common, folded into one line as the merged stream goes by.
 
-Records are "the same" when they have the same severity and site (file:line), the same message once its
-numbers, hex digests and addresses are set aside, the same node (its name's numbers set aside) and the same
-`step`, `bucket`, `epoch` or `iteration`, and the same position among each rank's records so alike: the k-th
-`allreduce end` of step 5 bucket 0 on every rank is one group. _fold judges a group once it is released.
+Records are "the same" when they have the same severity and site (file:line), the same text once its values
+(numbers, hex digests, addresses: in the message and the fields alike, so `relu2GradNode` is `relu#GradNode`)
+are set aside, the same `step`, `bucket`, `epoch` or `iteration`, and the same position among each rank's
+records so alike: the k-th `allreduce end` of step 5 bucket 0 on every rank is one group. A record's text is
+cut into its values once per distinct body; _fold judges a group once it is released.
 
 Groups are released in the order their first record came, each when every expected rank has written to
 it, or once WINDOW_PER_RANK records per rank have passed since it opened (a record that never finds its
