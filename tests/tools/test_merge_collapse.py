@@ -44,6 +44,17 @@ def test_report_shows_the_collapsed_timeline_around_the_first_difference(nan_run
     assert rows[first + 1] == (" class=apart", "rank 2 differs: nan=2048")
 
 
+def test_diff_context_shows_the_collapsed_lines_around_the_first_difference(nan_run, cli):
+    """`distvlog diff --context 2`: after its findings, 2 folded lines before the first difference and 2 from
+    it on, the lines that set rank 2 apart marked `!`."""
+    code, out, err = cli("diff", nan_run, "--context", "2")
+    assert code == 1, err
+    assert out.startswith("16 ranks") and "NaN/Inf origin: rank 2 step 5 pow6GradNode grad_x" in out
+    lines = out[out.index("context (merge --collapse):\n") :].splitlines()[1:]
+    assert [line[:2] for line in lines] == ["  ", "  ", "! ", "! "]
+    assert "] [rank 2 differs: nan=2048] grad_stats node=pow6GradNode" in lines[3]
+
+
 def per_rank_records(err: str) -> int:
     return int(re.search(r"\(ranks 0-15: ([\d,]+) each\)", err).group(1).replace(",", ""))
 

@@ -44,7 +44,7 @@ READ_AHEAD_MIN_BYTES = 1 << 20
 # of the next), so an input's block is this budget shared out, within the bounds below.
 BLOCKS_BUDGET = 32 << 20
 MIN_BLOCK, MAX_BLOCK = 32 << 10, 4 << 20
-__all__ = ["Row", "collapsed", "follow", "register", "rows", "run", "stands_apart", "summary"]
+__all__ = ["Row", "collapsed", "context", "follow", "register", "run", "summary"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -106,11 +106,20 @@ def __getattr__(name: str) -> Any:
         from ._follow import follow
 
         return follow
-    if name in ("Row", "rows", "stands_apart"):
-        from . import _collapsed
+    if name == "Row":
+        from ._collapsed import Row
 
-        return getattr(_collapsed, name)
+        return Row
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def context(paths: list[str], before: int, after: int) -> list[Any]:
+    """The collapsed timeline of PATHS around the first place ranks differ (or an error), as `Row`s: `before`
+    rows before it and `after` from it on (report's table, diff's context lines)."""
+    from ._collapsed import around
+
+    with contextlib.closing(collapsed(paths)) as groups:
+        return around(groups, before, after)
 
 
 def collapsed(paths: list[str], warn: Warn = ignore) -> Iterator[Any]:

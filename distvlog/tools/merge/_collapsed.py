@@ -11,6 +11,7 @@ record kept whole as merge writes it, with its `mark`.
 from __future__ import annotations
 
 import argparse
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -141,3 +142,20 @@ def stands_apart(folded: Folded) -> bool:
         folded.first is not None and folded.first.text[:1] in b"EF"
     )
     return severe or bool(folded.apart) or any(mark.startswith("differs") for _, mark in folded.whole)
+
+
+def around(groups: Iterable[Folded], before: int, after: int) -> list[Row]:
+    """The rows around the first group that stands apart: `before` rows before it, `after` from it on; none
+    when ranks agree throughout. Reads no further than that."""
+    kept: deque[Row] = deque(maxlen=before)
+    out: list[Row] = []
+    for folded in groups:
+        if out:
+            out += rows(folded)
+        elif stands_apart(folded):
+            out = [*kept, *rows(folded)]
+        else:
+            kept.extend(rows(folded))
+        if len(out) >= before + after:
+            break
+    return out[: before + after]

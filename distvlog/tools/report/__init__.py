@@ -18,7 +18,7 @@ from ..diff import Report, analyse, line, load
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
 from ._series import Panel, panels
-from ._timeline import around_first_difference, table_html
+from ._timeline import table_html
 
 PALETTE_SIZE = 24  # plotly's Dark24: a colour per rank up to 24 ranks, then they repeat
 
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     logs = load(args.paths, warner("report"))
     report = analyse(logs)
     drawn = panels(logs, args.paths)
-    page = render(report, drawn, " ".join(args.paths), table_html(around_first_difference(args.paths)))
+    page = render(report, drawn, " ".join(args.paths), table_html(args.paths))
     with output(args.output, [f.path for f in resolve_inputs(args.paths)]) as fd:
         write_all(fd, page.encode("utf-8"))
     print(

@@ -3,34 +3,15 @@ what every rank did just before, the records that set ranks apart, and what foll
 
 from __future__ import annotations
 
-import contextlib
 import html
-from collections import deque
 
-from ..merge import Row, collapsed, rows, stands_apart
+from ..merge import context
 
 BEFORE, AFTER = 8, 16  # rows before the first difference, and from it on
 
 
-def around_first_difference(paths: list[str]) -> list[Row]:
-    """The rows around the first group where ranks differ (or that holds an error); none when ranks agree
-    throughout. Reads no further than that."""
-    before: deque[Row] = deque(maxlen=BEFORE)
-    out: list[Row] = []
-    with contextlib.closing(collapsed(paths)) as groups:
-        for folded in groups:
-            if out:
-                out += rows(folded)
-            elif stands_apart(folded):
-                out = [*before, *rows(folded)]
-            else:
-                before.extend(rows(folded))
-            if len(out) >= BEFORE + AFTER:
-                break
-    return out[: BEFORE + AFTER]
-
-
-def table_html(found: list[Row]) -> str:
+def table_html(paths: list[str]) -> str:
+    found = context(paths, BEFORE, AFTER)
     if not found:
         return "<p>Every rank wrote the same records (values agreed or spread): nothing sets ranks apart.</p>"
     cells = "".join(
