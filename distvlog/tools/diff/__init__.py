@@ -52,6 +52,12 @@ def _text(report: Report, args: argparse.Namespace) -> str:
     return as_text(report) + context_text(context(args.paths, args.context, args.context))
 
 
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of lines (0 or more)")
+    return int(text)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "diff",
@@ -63,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--context",
         metavar="N",
-        type=int,
+        type=_count,
         default=0,
         help="then N lines of the collapsed timeline (merge --collapse) before the first place ranks differ, N from it",
     )
