@@ -44,7 +44,7 @@ READ_AHEAD_MIN_BYTES = 1 << 20
 # of the next), so an input's block is this budget shared out, within the bounds below.
 BLOCKS_BUDGET = 32 << 20
 MIN_BLOCK, MAX_BLOCK = 32 << 10, 4 << 20
-__all__ = ["Row", "collapsed", "context", "follow", "register", "run", "summary"]
+__all__ = ["collapsed", "context", "follow", "register", "run", "summary"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -100,22 +100,18 @@ def _seconds(text: str) -> float:
 
 
 def __getattr__(name: str) -> Any:
-    """`follow` (the launcher's `launch --follow`) and the collapsed timeline's rows (report's table) from their
-    modules, imported on first use (PEP 562): a plain merge does not load them."""
+    """`follow` (the launcher's `launch --follow`) from its module, imported on first use (PEP 562)."""
     if name == "follow":
         from ._follow import follow
 
         return follow
-    if name == "Row":
-        from ._collapsed import Row
-
-        return Row
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def context(paths: list[str], before: int, after: int) -> list[Any]:
-    """The collapsed timeline of PATHS around the first place ranks differ (or an error), as `Row`s: `before`
-    rows before it and `after` from it on (report's table, diff's context lines)."""
+    """The collapsed timeline of PATHS around the first place ranks differ (or an error), as rows (stamp, site,
+    who, text, marked): `before` rows before it and `after` from it on (report's table, diff's context lines).
+    Like `collapsed`, it loads the folding only when called: a plain merge does not."""
     from ._collapsed import around
 
     with contextlib.closing(collapsed(paths)) as groups:
@@ -123,8 +119,7 @@ def context(paths: list[str], before: int, after: int) -> list[Any]:
 
 
 def collapsed(paths: list[str], warn: Warn = ignore) -> Iterator[Any]:
-    """The records of PATHS merged and folded as `merge --collapse` folds them, a judged group at a time
-    (`rows(group)` reads one as table rows)."""
+    """The records of PATHS merged and folded as `merge --collapse` folds them, a judged group at a time."""
     import numpy as np
 
     from ._collapse import Collapser
