@@ -221,7 +221,9 @@ def test_follow_folds_a_running_job_live(tmp_path):
     rank, every fifth spanning three lines) comes out once, folded over the four ranks, and it ends by itself."""
     from test_merge_follow import WORLD, finish, start_follow, start_rank
 
-    follow = start_follow(tmp_path, "logs/live", "--collapse", "--delay", "0.5", "-o", "out.log")
+    # (a long delay: a group waits for its ranks that long at most, and ranks started on a loaded machine can
+    # be seconds apart; the follow still ends as soon as every rank has)
+    follow = start_follow(tmp_path, "logs/live", "--collapse", "--delay", "30", "-o", "out.log")
     ranks = [start_rank(tmp_path, r, 12, 0.05) for r in range(WORLD)]
     for rank in ranks:
         assert rank.wait(timeout=180) == 0
