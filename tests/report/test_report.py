@@ -84,7 +84,7 @@ def test_the_report_renders_with_findings_first_and_every_plot_drawn(nan_run, tm
         console = [e for e in b.console() if e["level"] in ("SEVERE", "WARNING")]
     assert drawn >= plots * 4  # a line per rank in every plot (the NaN makes gaps, not missing lines)
     assert first.startswith("NaN/Inf origin: rank 2 step 6 pow"), first
-    assert order == ["findings", "plots"]
+    assert order == ["findings", "timeline", "plots"]
     assert texts[:2] == ["gradient norm, powGradNode grad_x", "gradient norm, powGradNode grad_out"], texts
     assert texts[2:5] == ["step time (ms)", "allreduce wait (ms)", "loss"], texts
     assert [6, "NaN", True] in culprits_markers, culprits_markers

@@ -24,7 +24,7 @@ from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
 from ._findings import Finding
 from ._logs import Logs, error_text, load
-from ._render import as_json, as_text, line
+from ._render import as_json, as_text, context_text, line
 from ._report import Report, analyse
 
 __all__ = ["Finding", "Logs", "Report", "analyse", "error_text", "load", "line", "register", "run"]
@@ -34,16 +34,28 @@ def run(args: argparse.Namespace) -> int:
     say_runs_read("diff", args.paths)
     if args.output in (None, "-"):
         report = analyse(load(args.paths, warner("diff")))
-        sys.stdout.write(_text(report, args.json))
+        sys.stdout.write(_text(report, args))
         return report.exit_code
     with output(args.output, [f.path for f in resolve_inputs(args.paths)]) as fd:  # refused before the reading
         report = analyse(load(args.paths, warner("diff")))
-        write_all(fd, _text(report, args.json).encode())
+        write_all(fd, _text(report, args).encode())
     return report.exit_code
 
 
-def _text(report: Report, as_json_: bool) -> str:
-    return as_json(report).decode() + "\n" if as_json_ else as_text(report)
+def _text(report: Report, args: argparse.Namespace) -> str:
+    if args.json:
+        return as_json(report).decode() + "\n"
+    if not args.context:
+        return as_text(report)
+    from ..merge import context
+
+    return as_text(report) + context_text(context(args.paths, args.context, args.context))
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of lines (0 or more)")
+    return int(text)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,5 +67,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, a log root (its latest run) or files")
     p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument(
+        "--context",
+        metavar="N",
+        type=_count,
+        default=0,
+        help="then N lines of the collapsed timeline (merge --collapse) before the first place ranks differ, N from it",
+    )
     p.add_argument("-o", "--output", metavar="OUT", help="write the report to OUT (default, or -: standard output)")
     p.set_defaults(run=run)

@@ -78,6 +78,16 @@ def as_text(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def context_text(rows: list[Any]) -> str:
+    """The collapsed timeline's rows around the first difference (merge's `context`), a line each; a row that
+    sets ranks apart starts with `!`."""
+    if not rows:
+        return "context: every rank wrote the same records (merge --collapse sets none apart)\n"
+    lines = ["context (merge --collapse):"]
+    lines += [f"{'!' if r.marked else ' '} {r.stamp} {r.site}] [{r.who}] {r.text}" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def _limited(findings: list[Finding]) -> list[str]:
     """A line per finding, at most MAX_LISTED of one kind; then how many more of each kind there are."""
     lines, seen = [], Counter()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ...errors import InputError
@@ -19,9 +20,12 @@ from ..read import (
     PAD,
     Arena,
     Source,
+    Warn,
     add_input_arguments,
     after_reading,
+    ignore,
     open_inputs,
+    open_sources,
     say_runs_read,
     skipped_text,
     total,
@@ -40,7 +44,7 @@ READ_AHEAD_MIN_BYTES = 1 << 20
 # of the next), so an input's block is this budget shared out, within the bounds below.
 BLOCKS_BUDGET = 32 << 20
 MIN_BLOCK, MAX_BLOCK = 32 << 10, 4 << 20
-__all__ = ["follow", "register", "run", "summary"]
+__all__ = ["collapsed", "context", "follow", "register", "run", "summary"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,6 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_input_arguments(parser)
     parser.add_argument("-o", "--output", metavar="OUT", help="write to OUT (default, or -: standard output)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text", help="glog text (default) or JSON lines")
+    parser.add_argument(
+        "--collapse",
+        action="store_true",
+        help="fold records that ranks wrote in common into one line (values agreed or spread); "
+        "mark the ranks that stand apart",
+    )
     _filters.add_arguments(parser)
     _add_follow_arguments(parser)
     parser.set_defaults(run=run)
@@ -96,6 +106,36 @@ def __getattr__(name: str) -> Any:
 
         return follow
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def context(paths: list[str], before: int, after: int) -> list[Any]:
+    """The collapsed timeline of PATHS around the first place ranks differ (or an error), as rows (stamp, site,
+    who, text, marked): `before` rows before it and `after` from it on (report's table, diff's context lines).
+    Like `collapsed`, it loads the folding only when called: a plain merge does not."""
+    from ._collapsed import around
+
+    with contextlib.closing(collapsed(paths)) as groups:
+        return around(groups, before, after)
+
+
+def collapsed(paths: list[str], warn: Warn = ignore) -> Iterator[Any]:
+    """The records of PATHS merged and folded as `merge --collapse` folds them, a judged group at a time."""
+    import numpy as np
+
+    from ._collapse import Collapser
+    from ._collapsed import folded_batches
+
+    sources = open_sources(paths, warn=warn)
+    try:
+        for source in sources:
+            source.display_offset_s = sources[0].utc_offset_s
+        merge = KWayMerge(sources, _arena(sources).alloc, Inline())
+        collapse = Collapser({s.rank for s in sources if s.rank is not None})
+        for released in folded_batches(merge, lambda block: np.arange(len(block)), collapse):
+            yield from released
+    finally:
+        for source in sources:
+            source.close()
 
 
 def _progress(sources: list[Source]):
@@ -176,35 +216,37 @@ def run(args: argparse.Namespace) -> int:
     with _read_ahead(sources) as ahead:
         merge = KWayMerge(sources, _arena(sources).alloc, ahead)  # reads up to each file's first record
         after_reading(sources, warn, skipped=False)  # the summary says what was skipped
-        written = _write(args, sources, merge, select, zone)
+        select.prepare(merge.first_ts, zone)
+        if args.collapse:
+            from ._collapsed import write_collapsed
+
+            head = header(args, sources, merge.first_ts, zone) if args.format == "text" else b""
+            written, folding = write_collapsed(args, sources, merge, select, head)
+        else:
+            written, folding = _write(args, sources, merge, select, zone), ""
     where = "stdout" if args.output in (None, "-") else args.output
-    print(f"distvlog merge: {summary(sources, written, merge.late, where)}", file=sys.stderr)
+    print(f"distvlog merge: {summary(sources, written, merge.late, where)}{folding}", file=sys.stderr)
     return 0
+
+
+def header(args: argparse.Namespace, sources: list[Source], first_ts: int | None, zone: int) -> bytes:
+    """The merged timeline's glog header."""
+    hosts = sorted({s.host for s in sources if s.host})
+    metas = [meta for s in sources for meta in s.metas]
+    return text_header(first_ts, zone, hosts, len(sources), not args.no_clock_correction, metas)
 
 
 def _write(
     args: argparse.Namespace, sources: list[Source], merge: KWayMerge, select: _filters.Select, zone: int
 ) -> int:
     """Write the merged records to the output; returns how many."""
-    select.prepare(merge.first_ts, zone)
     bar = _progress(sources)
     written = 0
     with output(args.output, [s.path for s in sources]) as fd:
         if args.format == "jsonl":
             writer: Writer = JsonWriter(fd)
         else:
-            hosts = sorted({s.host for s in sources if s.host})
-            writer = Writer(
-                fd,
-                text_header(
-                    merge.first_ts,
-                    zone,
-                    hosts,
-                    len(sources),
-                    not args.no_clock_correction,
-                    [meta for s in sources for meta in s.metas],
-                ),
-            )
+            writer = Writer(fd, header(args, sources, merge.first_ts, zone))
         try:
             for batch in merge.batches(select):
                 writer.write(batch)

@@ -40,6 +40,8 @@ from ...wording import per_rank, plural, ranks_text
 from ..output import write_all
 from ..read import Clock, Record, from_glog, from_json, restamp, trim_left_by_the_dead
 from . import _filters
+from ._collapse import Collapser
+from ._collapsed import render
 
 LATE_FIELD = "late_us"
 POLL_S = 0.1
@@ -332,6 +334,7 @@ class Follow:
         select: _filters.Select,
         *,
         jsonl: bool = False,
+        collapse: bool = False,
         delay_s: float = 1.0,
         idle_s: float = 300.0,
         stop: Callable[[], bool] | None = None,
@@ -350,6 +353,8 @@ class Follow:
         self._last_news = time.monotonic()
         self._all_done_at: float | None = None
         self.reason = ""
+        self.collapse: Collapser | None = None
+        self._collapsing = collapse
 
     # -- one poll ----------------------------------------------------------------------------------------
     def step(self, now: float) -> None:
@@ -364,6 +369,8 @@ class Follow:
                 self.say(f"rank {tail.rank} (pid {tail.meta.get('pid')}) is gone without its end record (killed?)")
                 trim_left_by_the_dead([tail.path])
         self._release(self._cut(now))
+        if self.collapse is not None:
+            self._write_folded(self.collapse.expire(now))
 
     def drain(self, now: float) -> None:
         """The job has ended: read every file to its end, releasing in order as the files are read."""
@@ -436,8 +443,35 @@ class Follow:
             self.select.prepare(int(batch.ts[0]), self.zone)
         kept = self.select(batch)
         self.filtered += len(batch) - len(kept)
-        if len(kept):
+        if len(kept) and self._collapsing:
+            self._fold(batch, kept)
+        elif len(kept):
             self.write(self._output(batch, kept))
+
+    def _fold(self, batch: _Batch, kept: np.ndarray) -> None:
+        """--collapse: the kept records into the folding, and what it releases to the output. A group waits
+        for its ranks at most a little longer than a record waits to be printed."""
+        if self.collapse is None:
+            ranks = {t.rank for t in self.tails.values()} | set(range(self.world))
+            self.collapse = Collapser(ranks, wait_s=self.delay_s + CHECK_S)
+        ts = batch.ts[kept]
+        texts = [batch.texts[i] for i in kept.tolist()]
+        stamped, starts, lengths = _stamped(texts, ts + self.zone * 1_000_000)
+        self.written += len(kept)
+        released = []
+        for j, i in enumerate(kept.tolist()):
+            text = stamped[starts[j] : starts[j] + lengths[j]]
+            released += self.collapse.add(text, int(ts[j]), int(batch.rank[i]))
+        self._write_folded(released)
+
+    def _write_folded(self, released: list) -> None:
+        if released:
+            self.write(render(released, self.jsonl, self.world or None))
+
+    def flush(self) -> None:
+        """Write what the folding still holds (the follow has ended)."""
+        if self.collapse is not None:
+            self._write_folded(self.collapse.flush())
 
     def _output(self, batch: _Batch, kept: np.ndarray) -> bytes:
         """The kept records of a batch as output: glog text stamped with their corrected times in the output's
@@ -456,14 +490,10 @@ class Follow:
                 out.append(fmt.json_record(obj))
             return b"".join(out)
         texts = [batch.texts[i] for i in kept.tolist()]
-        data = np.frombuffer(bytearray(b"".join(texts)), np.uint8)
-        lengths = np.fromiter(map(len, texts), np.int64, len(texts))
-        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        restamp(data, starts, ts + self.zone * 1_000_000)
-        stamped = data.tobytes()
+        stamped, starts, lengths = _stamped(texts, ts + self.zone * 1_000_000)
         if not late.any():
             return stamped
-        pieces = [stamped[a : a + n] for a, n in zip(starts.tolist(), lengths.tolist())]
+        pieces = [stamped[a : a + n] for a, n in zip(starts, lengths)]
         return b"".join(_marked(text, lag) if lag else text for text, lag in zip(pieces, late.tolist()))
 
     # -- the loop ------------------------------------------------------------------------------------------
@@ -516,6 +546,8 @@ class Follow:
             parts.append(f"{plural(skipped, 'stray line')} skipped")
         if self.late:
             parts.append(f"{plural(self.late, 'record')} printed late (marked {LATE_FIELD}=N)")
+        if self.collapse is not None:
+            parts.append(self.collapse.summary())
         return "; ".join(parts)
 
 
@@ -537,6 +569,16 @@ class _Batch:
         ts, rank, obj = int(self.ts[i]), int(self.rank[i]), self.objs[i]
         path = self.tails[i].path
         return from_json(obj, ts, rank, path) if obj is not None else from_glog(self.texts[i], ts, rank, path)
+
+
+def _stamped(texts: list[bytes], stamps: np.ndarray) -> tuple[bytes, list[int], list[int]]:
+    """The records' glog texts joined, each stamped with its time (epoch µs in the output's zone); where each
+    starts and how long it is."""
+    data = np.frombuffer(bytearray(b"".join(texts)), np.uint8)
+    lengths = np.fromiter(map(len, texts), np.int64, len(texts))
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    restamp(data, starts, stamps)
+    return data.tobytes(), starts.tolist(), lengths.tolist()
 
 
 def _gather(parts: list[list], which: np.ndarray, order: np.ndarray) -> list:
@@ -595,6 +637,7 @@ def follow(args: argparse.Namespace, stop: Callable[[], bool] | None = None) -> 
             out.write,
             select,
             jsonl=args.format == "jsonl",
+            collapse=args.collapse,
             delay_s=args.delay,
             idle_s=args.idle,
             stop=stop,
@@ -602,7 +645,9 @@ def follow(args: argparse.Namespace, stop: Callable[[], bool] | None = None) -> 
         )
         try:
             live.run()
+            live.flush()
         except KeyboardInterrupt:
+            live.flush()
             say(f"interrupted; {live.summary()}")
             return 130
         finally:

@@ -21,6 +21,7 @@ from ..diff import Report, analyse, line, load
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
 from ._series import Panel, culprit_first, panels
+from ._timeline import table_html
 
 PALETTE_SIZE = 24  # plotly's Dark24: a colour per rank up to 24 ranks, then they repeat
 PLOT_PX = 260  # each plot's height
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     logs = load(args.paths, warner("report"))
     report = analyse(logs)
     drawn = culprit_first(panels(logs, args.paths), report, logs)
-    page = render(report, drawn, " ".join(args.paths))
+    page = render(report, drawn, " ".join(args.paths), table_html(args.paths))
     with output(args.output, [f.path for f in resolve_inputs(args.paths)]) as fd:
         write_all(fd, page.encode("utf-8"))
     print(
@@ -250,10 +251,13 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 1.2em; }
 .bad { color: #b00020; } .good { color: #1b7a1b; }
 li { margin: 0.3em 0; font-family: ui-monospace, monospace; font-size: 0.9em; white-space: pre-wrap; }
 .meta { color: #666; }
+.timeline { border-collapse: collapse; font-family: ui-monospace, monospace; font-size: 0.8em; }
+.timeline td, .timeline th { text-align: left; padding: 1px 8px; vertical-align: top; }
+.timeline .apart { background: #fde8ec; }
 """
 
 
-def render(report: Report, drawn: list[Panel], source: str) -> str:
+def render(report: Report, drawn: list[Panel], source: str, timeline: str = "") -> str:
     counts = ", ".join(f"{n:,} {k}" for k, n in report.counts.items() if n)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>distvlog report: {html.escape(source)}</title>
@@ -263,6 +267,9 @@ def render(report: Report, drawn: list[Panel], source: str) -> str:
 <p class="meta">{html.escape(source)}: {html.escape(ranks_text(report.ranks))}; {html.escape(counts)}</p>
 <section id="findings">
 {findings_html(report)}
+</section>
+<section id="timeline">
+{timeline}
 </section>
 <section id="plots">
 {figure_html(report, drawn)}

@@ -1,0 +1,207 @@
+"""`merge --collapse`: records that ranks wrote in common, folded into one line as the merged stream goes by.
+
+Records are "the same" when they have the same severity and site (file:line), the same text once its values
+(numbers, hex digests, addresses: in the message and the fields alike, so `relu2GradNode` is `relu#GradNode`)
+are set aside, the same `step`, `bucket`, `epoch` or `iteration`, and the same position among each rank's
+records so alike: the k-th `allreduce end` of step 5 bucket 0 on every rank is one group. A record's text is
+cut into its values once per distinct body; _fold judges a group once it is released.
+
+Groups are released in the order their first record came, each when every expected rank has written to
+it, or once WINDOW_PER_RANK records per rank have passed since it opened (a record that never finds its
+peers is shown as such), or when the stream ends. So memory is the records of that window at most: the
+number of ranks times a small window, never the whole input. A rank is expected until a window passes
+without a record from it (a rank that died is not waited for at every record after).
+
+Any record the reader yields can be folded: ours, JSON lines, or other programs' glog (whose values are
+mostly numbers in the message: `Iteration 500, loss = 2.31` folds with its peers'). In `--follow`, a group
+also goes once it has waited `wait_s` seconds: the live view lags behind the slowest rank by that much.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from ...wording import plural
+from ._fold import LOOSE, Folded, Member, Shape, fold
+
+WINDOW_PER_RANK = 256
+IDENTITY = ("step", "bucket", "epoch", "iteration", "iter")  # fields that say which "same" record it is
+CACHE_BODIES = 1 << 16  # decoded bodies kept: ranks mostly write the same bytes after the rank tag
+_PREFIX = re.compile(rb"[IWEF][0-9]{4} [0-9:.]{15} +\S+ (.*?:[0-9]+)\] (?:\[rank [0-9]+\] )?")
+_VALUE = re.compile(
+    r"(?=[-0-9a-fin\"])"  # (what a value can start with: most places are rejected at once)
+    r"(0x[0-9a-fA-F]+"  # an address
+    r"|\"[0-9a-f]{8,}\""  # a hex digest quoted (as a writer quotes one of digits only: it reads as a str)
+    r"|(?<![\w.])-[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"  # a negative number
+    r"|\b[0-9a-f]{8,}\b"  # a hex digest (or a long int)
+    r"|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"  # a number
+    r"|-?\b(?:nan|inf)\b(?!=))"  # (not a field named so: `nan=0`)
+)
+_SPACES = re.compile(r"  +")
+# The field a value is in: ` NAME=` and no space after it (a field's value has none, but in quotes).
+_FIELD_START = re.compile(r'(?:^| |\n|\0)([^\s="\0]+)=[^\s]*$')
+
+
+class Decoder:
+    """Records (glog text in our form, as the reader yields them: other programs' and JSON lines rewritten
+    into it) into Members and their group keys. Ranks write the same bodies over and over, and bodies of one
+    shape: each is decoded once (bounded caches)."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[bytes, tuple[Shape, list[str], tuple]] = {}
+        self._shapes: dict[tuple[str, ...], tuple[Shape, tuple[int, ...]]] = {}
+
+    def __call__(self, text: bytes, ts: int, rank: int) -> tuple[tuple, Member]:
+        match = _PREFIX.match(text)
+        if match is None:  # not a record in the reader's form: shown as it is, folded with nothing
+            return (text, rank), Member(rank, ts, 0, LOOSE, [], text)
+        body = text[match.end() :]
+        hit = self._bodies.get(body)
+        if hit is None:
+            if len(self._bodies) >= CACHE_BODIES:
+                self._bodies.clear()
+            hit = self._bodies[body] = self._decode(body)
+        shape, tokens, key = hit
+        return (text[0], match.group(1), key), Member(rank, ts, match.end(1), shape, tokens, text)
+
+    def _decode(self, body: bytes) -> tuple[Shape, list[str], tuple]:
+        pieces = _VALUE.split(body.decode("utf-8", "replace"))
+        parts, tokens = tuple(pieces[0::2]), pieces[1::2]
+        found = self._shapes.get(parts)
+        if found is None:
+            if len(self._shapes) >= CACHE_BODIES:
+                self._shapes.clear()
+            found = self._shapes[parts] = _shape(parts)
+        shape, identity = found
+        # (padding that a value's width changes, as in the meta record's clocks, does not make another record)
+        key = (_SPACES.sub(" ", "\0".join(parts)), *(tokens[k] for k in identity))
+        return shape, tokens, key
+
+
+def _shape(parts: tuple[str, ...]) -> tuple[Shape, tuple[int, ...]]:
+    """Each value's name (the field it is in, else its place in the message) and whether it is its field's
+    whole value; which values say which record of a kind it is (IDENTITY)."""
+    names, simple = [], []
+    before = ""
+    for k, part in enumerate(parts[:-1]):
+        before = (before + "\0" + part)[-200:]
+        field = _FIELD_START.search(before)
+        names.append(field.group(1) if field else f"#{k}")
+        after = parts[k + 1]
+        simple.append(bool(field) and before.endswith("=") and (not after or after[0] in " \n"))
+    identity = tuple(k for k, name in enumerate(names) if name in IDENTITY and simple[k])
+    return Shape(parts, tuple(names), tuple(simple)), identity
+
+
+class _Positions:
+    """Which occurrence of a key a rank is at: counts forgotten once unused for a window or two, so they
+    stay bounded however long the run."""
+
+    def __init__(self, span: int) -> None:
+        self.span, self.left = span, span
+        self.new: dict[tuple, int] = {}
+        self.old: dict[tuple, int] = {}
+
+    def next(self, key: tuple) -> int:
+        k = self.new.get(key)
+        if k is None:
+            k = self.old.get(key, 0)
+        self.new[key] = k + 1
+        self.left -= 1
+        if self.left <= 0:
+            self.old, self.new, self.left = self.new, {}, self.span
+        return k
+
+
+class _Group:
+    __slots__ = ("members", "opened", "since")
+
+    def __init__(self, opened: int, since: float) -> None:
+        self.members: list[Member] = []
+        self.opened, self.since = opened, since
+
+
+class Collapser:
+    """Feed records in the merged order (`add`); it returns the groups released, judged, in the order they began."""
+
+    def __init__(
+        self, ranks: Iterable[int], *, window_per_rank: int = WINDOW_PER_RANK, wait_s: float | None = None
+    ) -> None:
+        self.decode = Decoder()
+        self.window_per_rank, self.wait_s = window_per_rank, wait_s
+        self.seen = 0
+        self.last: dict[int, int] = dict.fromkeys(ranks, 0)  # rank -> when it last wrote (records seen then)
+        self.expected = len(self.last)
+        self.window = window_per_rank * max(1, len(self.last))
+        self._recount = 0
+        self._groups: dict[tuple, _Group] = {}
+        self._order: deque[tuple] = deque()
+        self._positions = _Positions(self.window)
+        self.records = self.folded = self.whole = 0
+
+    def add(self, text: bytes, ts: int, rank: int) -> list[Folded]:
+        key, member = self.decode(text, ts, rank)
+        self.seen += 1
+        self.records += 1
+        if rank not in self.last:
+            self.expected += 1
+            self.window = self.window_per_rank * len(self.last)
+        self.last[rank] = self.seen
+        gid = (key, self._positions.next((rank, key)))
+        group = self._groups.get(gid)
+        if group is None:
+            group = self._groups[gid] = _Group(self.seen, time.monotonic() if self.wait_s is not None else 0.0)
+            self._order.append(gid)
+        group.members.append(member)
+        self._recount -= 1
+        if self._recount <= 0:  # (every so often: a pass over the ranks)
+            self._recount = self.window // 4
+            self.expected = len(self._active())
+        return self._release(False) if len(group.members) >= self.expected or self._due() else []
+
+    def _active(self) -> list[int]:
+        since = self.seen - self.window
+        return [rank for rank, at in self.last.items() if at > since]
+
+    def _due(self) -> bool:
+        return bool(self._order) and self.seen - self._groups[self._order[0]].opened > self.window
+
+    def _release(self, everything: bool, now: float | None = None) -> list[Folded]:
+        out = []
+        while self._order:
+            group = self._groups[self._order[0]]
+            if not (
+                everything
+                or len(group.members) >= self.expected
+                or self.seen - group.opened > self.window
+                or (now is not None and now - group.since >= self.wait_s)
+            ):
+                break
+            del self._groups[self._order.popleft()]
+            out.append(self._judge(group))
+        return out
+
+    def _judge(self, group: _Group) -> Folded:
+        present = {m.rank for m in group.members}
+        missing = [] if len(present) >= self.expected else sorted(set(self._active()) - present)
+        folded = fold(group.members, max(self.expected, len(present)), missing)
+        self.folded += bool(folded.ranks)
+        self.whole += len(folded.whole)
+        return folded
+
+    def expire(self, now: float) -> list[Folded]:
+        """The groups that have waited `wait_s` seconds (and those before them)."""
+        return self._release(False, now) if self.wait_s is not None else []
+
+    def flush(self) -> list[Folded]:
+        """The stream has ended: every group left."""
+        return self._release(True)
+
+    def summary(self) -> str:
+        return (
+            f"collapsed into {plural(self.folded + self.whole, 'record')} ({plural(self.folded, 'folded record')}, "
+            f"{plural(self.whole, 'record')} kept whole)"
+        )
