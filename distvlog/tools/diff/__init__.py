@@ -11,6 +11,9 @@ failed DataParallel checks and other errors. Where ranks disagree the minority i
 every side. Notes (a local gradient norm far from its peers' or its own history, a straggler) are listed
 apart and never change the exit code: local gradients legitimately differ before the allreduce.
 
+`distvlog diff RUN_A RUN_B` (or `diff RUN_A --against RUN_B`) compares two runs of one job instead: where
+run B first departs from run A, whether within float rounding, and what that points to (`_departure`).
+
 Exit 0 when no error is found (the report names any check the logs could not support), 1 when one is,
 2 on unusable input.
 """
@@ -22,6 +25,8 @@ import sys
 
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
+from ._against import add_arguments as add_run_against_arguments
+from ._against import run_against, two_runs
 from ._findings import Finding
 from ._logs import Logs, error_text, load
 from ._render import as_json, as_text, line
@@ -31,6 +36,9 @@ __all__ = ["Finding", "Logs", "Report", "analyse", "error_text", "load", "line",
 
 
 def run(args: argparse.Namespace) -> int:
+    runs = two_runs(args)
+    if runs is not None:
+        return run_against(args, *runs)
     say_runs_read("diff", args.paths)
     if args.output in (None, "-"):
         report = analyse(load(args.paths, warner("diff")))
@@ -55,4 +63,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, a log root (its latest run) or files")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("-o", "--output", metavar="OUT", help="write the report to OUT (default, or -: standard output)")
+    add_run_against_arguments(p)
     p.set_defaults(run=run)

@@ -1,5 +1,5 @@
 """What `diff` reads from the logs, as typed per-rank data: gradient statistics, collectives, parameter
-digests, step starts and failures. Everything comes through the public reader; nothing here judges."""
+digests, step starts, losses and failures. Everything comes through the public reader; nothing here judges."""
 
 from __future__ import annotations
 
@@ -18,7 +18,14 @@ from ..read import Record, Warn, after_reading, ignore, open_sources, read_recor
 SIGNAL_MARKS = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
 _DP_EVENTS = (fmt.ALLREDUCE_BEGIN, fmt.ALLREDUCE_END, fmt.ALLREDUCE_PARAM, fmt.PARAMETER_LAYOUT, fmt.PARAMETERS)
 _WANTED = re.compile(
-    b"|".join(p.pattern for p in (fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS), fmt.texts_pattern(*SIGNAL_MARKS))),
+    b"|".join(
+        p.pattern
+        for p in (
+            fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS),
+            fmt.texts_pattern(*SIGNAL_MARKS),
+            fmt.field_pattern(fmt.LOSS),
+        )
+    ),
     re.M,
 )
 _COUNTER = re.compile(r"\d+(?=GradNode$)")
@@ -38,6 +45,7 @@ class Stat:
     inf: int
     ts: int
     run: int  # which run of the node on this rank (node name + backward pass)
+    checksum: str | None = None  # of the gradient's bytes (guard level >= 6)
 
     @property
     def op(self) -> str:
@@ -92,6 +100,7 @@ class RankLogs:
     digests: dict[int, list[str]] = field(default_factory=dict)  # step -> a digest per parameter, as it starts
     final_step: int | None = None  # the step of the digests logged at dv.finalize()
     step_ts: dict[int, int] = field(default_factory=dict)  # step -> when it started (`parameters`)
+    losses: dict[int, float] = field(default_factory=dict)  # step -> the last `loss` field logged with it
     names: list[str] = field(default_factory=list)  # the parameters, in the order of the digests
     buckets: list[list[int]] = field(default_factory=list)  # per bucket, its parameters (indices into names)
     last_step: int = -1  # the last step its step-numbered records reach
@@ -152,6 +161,8 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
         elif first == fmt.PARAMETER_LAYOUT:
             mine.names = [str(n) for n in _list(rec.fields.get("names"))]
             mine.buckets = [[i for i in b if isinstance(i, int)] for b in _list(rec.fields.get("buckets"))]
+        elif fmt.LOSS in rec.fields:
+            _loss(mine, rec)
     after_reading(sources, warn)
     if not any(r.stats or r.collectives or r.digests or r.failures for r in logs.ranks.values()):
         raise InputError(
@@ -184,6 +195,7 @@ def _stat(rec: Record, step: int, run: int) -> Stat:
         _int(f.get("inf")),
         rec.ts,
         run,
+        str(f["checksum"]) if "checksum" in f else None,
     )
 
 
@@ -211,6 +223,13 @@ def _collective(mine: RankLogs, rec: Record, event: str, open_collectives: dict[
         c.wait_us = wait if isinstance(wait, int) else None
     else:
         c.params[str(f.get("param"))] = str(f.get("checksum"))
+
+
+def _loss(mine: RankLogs, rec: Record) -> None:
+    """A `loss` field (NaN too: a diverged run's) of a record logged within a step."""
+    step, loss = rec.fields.get("step"), rec.fields[fmt.LOSS]
+    if isinstance(step, int) and isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        mine.losses[step] = float(loss)
 
 
 def _parameters(mine: RankLogs, rec: Record) -> None:
