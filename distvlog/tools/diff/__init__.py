@@ -26,17 +26,33 @@ import sys
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
 from ._against import add_arguments as add_run_against_arguments
-from ._against import run_against, two_runs
+from ._against import run_against, runs_of, two_runs
+from ._departure import RunsReport, analyse_runs
 from ._findings import Finding
 from ._logs import Logs, error_text, load
 from ._render import as_json, as_text, line
 from ._report import Report, analyse
+from ._runs_render import as_text as runs_text
 
-__all__ = ["Finding", "Logs", "Report", "analyse", "error_text", "load", "line", "register", "run"]
+__all__ = [
+    "Finding",
+    "Logs",
+    "Report",
+    "RunsReport",
+    "analyse",
+    "analyse_runs",
+    "error_text",
+    "load",
+    "line",
+    "register",
+    "run",
+    "runs_text",
+    "two_runs",
+]
 
 
 def run(args: argparse.Namespace) -> int:
-    runs = two_runs(args)
+    runs = runs_of(args)
     if runs is not None:
         return run_against(args, *runs)
     say_runs_read("diff", args.paths)

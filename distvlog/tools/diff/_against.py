@@ -35,23 +35,28 @@ def _run_directories(path: str) -> frozenset:
     return frozenset(f.path.parent.resolve() for f in resolve_inputs([path]))
 
 
-def two_runs(args: argparse.Namespace) -> tuple[str, str] | None:
-    """(RUN_A, RUN_B) when the command compares two runs; None for the one-run diff. Refuses the
-    run-against-run options without two runs."""
-    if args.against is not None:
-        if len(args.paths) != 1:
-            raise InputError(f"--against {args.against}: give one run to compare it with, not {len(args.paths)} paths")
-        return args.paths[0], args.against
-    paths = args.paths
+def two_runs(paths: list[str], against: str | None) -> tuple[str, str] | None:
+    """(RUN_A, RUN_B) when PATHs name two runs (two directories of different runs, or one and --against);
+    None when they name one."""
+    if against is not None:
+        if len(paths) != 1:
+            raise InputError(f"--against {against}: give one run to compare it with, not {len(paths)} paths")
+        return paths[0], against
     if (
         len(paths) == 2
         and all(os.path.isdir(p) for p in paths)
         and _run_directories(paths[0]) != _run_directories(paths[1])
     ):
         return paths[0], paths[1]
-    if args.rtol is not None or args.bitwise:
-        raise InputError("--rtol and --bitwise compare two runs: diff RUN_A RUN_B, or diff RUN_A --against RUN_B")
     return None
+
+
+def runs_of(args: argparse.Namespace) -> tuple[str, str] | None:
+    """`two_runs` of diff's arguments; the options that only mean something for two runs refused without them."""
+    runs = two_runs(args.paths, args.against)
+    if runs is None and (args.rtol is not None or args.bitwise):
+        raise InputError("--rtol and --bitwise compare two runs: diff RUN_A RUN_B, or diff RUN_A --against RUN_B")
+    return runs
 
 
 def run_against(args: argparse.Namespace, run_a: str, run_b: str) -> int:

@@ -50,7 +50,8 @@ class Departure:
     graph: GraphDifference | None
     largest: float | None  # the largest relative difference of a statistic, at `largest_step`
     largest_step: int | None  # the departure's step, or the next with a statistic (digests have none)
-    parameters: tuple[int, int] | None  # (differ, of) when they differ as the step starts
+    parameters: list[str]  # those that differ as the step starts
+    parameters_of: int
     steps_after: int  # later steps where something differs
     parameters_from: int | None  # the first later step whose parameters differ
     last_step: int | None  # the last step both runs logged a loss at
@@ -133,7 +134,8 @@ def judge(c: Comparison, rtol: float) -> Departure | None:
         graph,
         largest,
         largest_step,
-        (len(params), c.parameters_of) if params else None,
+        [d.name for d in params],
+        c.parameters_of,
         len(later),
         parameters_from,
         last,
@@ -141,7 +143,9 @@ def judge(c: Comparison, rtol: float) -> Departure | None:
     )
 
 
-def analyse_runs(run_a: str, logs_a: Logs, run_b: str, logs_b: Logs, rtol: float, bitwise: bool) -> RunsReport:
+def analyse_runs(
+    run_a: str, logs_a: Logs, run_b: str, logs_b: Logs, rtol: float = DEFAULT_RTOL, bitwise: bool = False
+) -> RunsReport:
     """Run B against run A, judged; InputError when they share nothing to compare."""
     c = compare(logs_a, logs_b)
     if not c.compared and not c.differences:

@@ -64,14 +64,14 @@ def _headline(dep: Departure, report: RunsReport) -> str:
             f"departs at step {dep.step}: {cause}: {ranks_text(g.ranks)} ran {g.ran_b or 'no node'} as backward node "
             f"#{g.position} where run A ran {g.ran_a or 'none'}"
         )
-    if dep.parameters is not None:
-        differ, of = dep.parameters
+    if dep.parameters:
+        named = ", ".join(dep.parameters[:4]) + (", ..." if len(dep.parameters) > 4 else "")
         which = "the initial parameters" if dep.cause == "initial" else f"the parameters as step {dep.step} starts"
         before = (
             "" if dep.cause == "initial" else f", although every value of step {dep.step - 1} compared was identical"
         )
         how = f"; at step {dep.largest_step} the largest difference is {_rel(dep.largest)}" if dep.largest else ""
-        return f"departs at step {dep.step}: {which} differ ({differ} of {of}){before}: {cause}{how}{_world(c)}"
+        return f"departs at step {dep.step}: {which} differ ({len(dep.parameters)} of {dep.parameters_of}: {named}){before}: {cause}{how}{_world(c)}"
     return f"departs at step {dep.step}: {_difference(dep.first)}: {cause}{_world(c)}"
 
 
@@ -80,12 +80,14 @@ def _details(dep: Departure, report: RunsReport) -> list[str]:
     lines = []
     if dep.first is not None and dep.first is not dep.node and dep.within_rounding:
         lines.append(f"  first at step {dep.step}: {_difference(dep.first)}")
-    elif dep.node is not None and dep.first is not dep.node:
+    elif dep.node is not None and dep.first is not dep.node and dep.cause != "graph":
         lines.append(f"  first node gradient to differ at step {dep.step}: {_difference(dep.node)}")
     common = sorted(set(c.steps_a) & set(c.steps_b))
     before = [s for s in common if s < dep.step]
     if before:
         lines.append(f"  before it: bitwise identical at {_steps(before)}")
+    if not dep.parameters and c.compared.get("parameter digests"):
+        lines.append(f"  the parameters were identical as step {dep.step} started")
     if dep.steps_after:
         after = f"  then: {plural(dep.steps_after, 'later step')} differ"
         if dep.parameters_from is not None:
