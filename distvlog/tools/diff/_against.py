@@ -67,11 +67,15 @@ def run_against(args: argparse.Namespace, run_a: str, run_b: str) -> int:
 
     warn = warner("diff")
     if args.output in (None, "-"):
-        report = analyse_runs(run_a, load([run_a], warn), run_b, load([run_b], warn), rtol, args.bitwise)
+        report = analyse_runs(
+            run_a, load([run_a], warn, losses=True), run_b, load([run_b], warn, losses=True), rtol, args.bitwise
+        )
         sys.stdout.write(_text(report, args.json))
         return report.exit_code
     with output(args.output, [f.path for f in resolve_inputs([run_a, run_b])]) as fd:  # refused before the reading
-        report = analyse_runs(run_a, load([run_a], warn), run_b, load([run_b], warn), rtol, args.bitwise)
+        report = analyse_runs(
+            run_a, load([run_a], warn, losses=True), run_b, load([run_b], warn, losses=True), rtol, args.bitwise
+        )
         write_all(fd, _text(report, args.json).encode())
     return report.exit_code
 

@@ -18,16 +18,10 @@ from ..read import Record, Warn, after_reading, ignore, open_sources, read_recor
 SIGNAL_MARKS = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
 _DP_EVENTS = (fmt.ALLREDUCE_BEGIN, fmt.ALLREDUCE_END, fmt.ALLREDUCE_PARAM, fmt.PARAMETER_LAYOUT, fmt.PARAMETERS)
 _WANTED = re.compile(
-    b"|".join(
-        p.pattern
-        for p in (
-            fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS),
-            fmt.texts_pattern(*SIGNAL_MARKS),
-            fmt.field_pattern(fmt.LOSS),
-        )
-    ),
+    b"|".join(p.pattern for p in (fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS), fmt.texts_pattern(*SIGNAL_MARKS))),
     re.M,
 )
+_WANTED_WITH_LOSS = re.compile(_WANTED.pattern + b"|" + fmt.field_pattern(fmt.LOSS).pattern, re.M)
 _COUNTER = re.compile(r"\d+(?=GradNode$)")
 
 
@@ -132,8 +126,9 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def load(paths: list[str], warn: Warn = ignore) -> Logs:
-    """The records `diff` needs, from every file PATH names."""
+def load(paths: list[str], warn: Warn = ignore, *, losses: bool = False) -> Logs:
+    """The records `diff` needs, from every file PATH names; with `losses`, the `loss` fields too (what
+    compares two runs; the checks within a run do not read them)."""
     logs = Logs()
     sources = open_sources(paths, warn=warn)
     for source in sources:
@@ -142,7 +137,7 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
     runs: dict[tuple, int] = {}
     passes: dict[int, dict[Any, int]] = defaultdict(dict)  # rank -> pass id -> its number among those logged
     open_collectives: dict[tuple, Collective] = {}
-    for rec in read_records(sources, where=_WANTED, severities="WEF"):
+    for rec in read_records(sources, where=_WANTED_WITH_LOSS if losses else _WANTED, severities="WEF"):
         mine = logs.ranks[rec.rank]  # (a merged timeline holds several ranks behind one header)
         first = rec.event.partition("\n")[0]
         if rec.severity in "EF":

@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ...wording import ranks_text
-from ._logs import Logs, RankLogs
+from ._logs import Collective, Logs, RankLogs
 from ._sequences import _first_difference, _node_runs
 
 PHASES = ("parameters", "loss", "node", "bucket", "reduced")
@@ -117,9 +117,16 @@ def _parameters(digests: list[str], names: list[str]) -> list[Entry]:
     return [Entry(PARAMETERS, ("param", i), _name(names, i), d) for i, d in enumerate(digests)]
 
 
-def _collective_entries(mine: RankLogs, step: int, phases: tuple[int, ...]) -> list[Entry]:
+def _by_step(mine: RankLogs) -> dict[int, list[Collective]]:
+    out: dict[int, list[Collective]] = defaultdict(list)
+    for c in mine.collectives:
+        out[c.step].append(c)
+    return out
+
+
+def _collective_entries(collectives: list[Collective], phases: tuple[int, ...]) -> list[Entry]:
     out, seen = [], defaultdict(int)
-    for c in (c for c in mine.collectives if c.step == step):
+    for c in collectives:
         occurrence = seen[c.bucket]
         seen[c.bucket] += 1
         if BUCKET in phases:
@@ -143,7 +150,7 @@ def _rank_entries(mine: RankLogs) -> dict[int, list[Entry]]:
         nodes[s.step].append(
             Entry(NODE, ("node", s.op, s.slot, occurrence), f"{s.node} {s.slot}", exact, s.norm, s.site)
         )
-    out = {}
+    out, collectives = {}, _by_step(mine)
     for step in _steps(mine):
         loss = (
             [Entry(LOSS, ("loss",), "the loss", repr(mine.losses[step]), mine.losses[step])]
@@ -154,7 +161,7 @@ def _rank_entries(mine: RankLogs) -> dict[int, list[Entry]]:
             *_parameters(mine.digests.get(step, []), mine.names),
             *loss,
             *nodes.get(step, []),
-            *_collective_entries(mine, step, (BUCKET, REDUCED)),
+            *_collective_entries(collectives.get(step, []), (BUCKET, REDUCED)),
         ]
     return out
 
@@ -166,6 +173,7 @@ def _run_entries(logs: Logs) -> dict[int, list[Entry]]:
     with_digests = [logs.ranks[r] for r in ranks if logs.ranks[r].digests]
     with_collectives = [logs.ranks[r] for r in ranks if logs.ranks[r].collectives]
     steps = set().union(*(_steps(mine) for mine in logs.ranks.values()))
+    collectives = _by_step(with_collectives[0]) if with_collectives else {}
     out = {}
     for step in steps:
         entries = _parameters(with_digests[0].digests.get(step, []), with_digests[0].names) if with_digests else []
@@ -173,8 +181,7 @@ def _run_entries(logs: Logs) -> dict[int, list[Entry]]:
         if losses and all(loss is not None for loss in losses):
             mean = sum(losses) / len(losses)
             entries.append(Entry(LOSS, ("loss",), "the mean loss over the ranks", repr(mean), mean))
-        if with_collectives:
-            entries += _collective_entries(with_collectives[0], step, (REDUCED,))
+        entries += _collective_entries(collectives.get(step, []), (REDUCED,))
         out[step] = entries
     return out
 

@@ -127,7 +127,7 @@ def run_against(run_a: str, run_b: str, out: str, style: str) -> int:
     """Write the two-run report to `out`; what it holds is said in one line on stderr."""
     say_runs_read("report", [run_a, run_b])
     warn = warner("report")
-    logs_a, logs_b = load([run_a], warn), load([run_b], warn)
+    logs_a, logs_b = load([run_a], warn, losses=True), load([run_b], warn, losses=True)
     report = analyse_runs(run_a, logs_a, run_b, logs_b)
     drawn = curves(logs_a, logs_b)
     if differences := apart(report):
