@@ -14,6 +14,9 @@ across ranks.
 (a square root at zero in the middle layer's backward), gradient explosion, a bit flip or a scaled bucket
 after the allreduce, another learning rate or weight decay, a skipped broadcast, another backward graph, an
 allreduce more or fewer, a straggler; `distvlog diff` names the rank, step and place.
+`--inject-numerics-step S` acts on every rank alike: from step S each feeds its batch reversed, the same
+sums in another order, as a new kernel would; `distvlog diff RUN_A RUN_B` finds where that run departs
+from one without it (docs/run-vs-run.md, which also says what makes this training deterministic).
 
 Rank 0 prints the mean loss over ranks per step and, at the end, the test accuracy and the parameter
 digest, which DataParallel has checked to be bit-identical on every rank.

@@ -89,7 +89,7 @@ def _details(dep: Departure, report: RunsReport) -> list[str]:
     if not dep.parameters and c.compared.get("parameter digests"):
         lines.append(f"  the parameters were identical as step {dep.step} started")
     if dep.steps_after:
-        after = f"  then: {plural(dep.steps_after, 'later step')} differ"
+        after = f"  then: {plural(dep.steps_after, 'later step')} {'differs' if dep.steps_after == 1 else 'differ'}"
         if dep.parameters_from is not None:
             after += f", the parameters from step {dep.parameters_from}"
         if dep.last_step is not None and dep.last_step > dep.step:
