@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ...wording import ranks_text
 from ._logs import Collective, Logs, RankLogs
@@ -34,11 +35,10 @@ COUNTED = {
 WHOLE_RUN = -1  # the rank of what describes the whole run (another world size)
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One value a run logged at a step: where (`key` pairs it with the other run's), how it is named, what
     must be equal in both runs (a checksum, a digest, a float's repr) and a statistic that says how far
-    apart two values are (NaN where the record has none: a digest)."""
+    apart two values are (NaN where the record has none: a digest). A tuple: a run has one per value logged."""
 
     phase: int
     key: tuple
@@ -143,13 +143,13 @@ def _rank_entries(mine: RankLogs) -> dict[int, list[Entry]]:
     """step -> the rank's values at that step, in training order."""
     nodes: dict[int, list[Entry]] = defaultdict(list)
     seen: dict[tuple, int] = defaultdict(int)
+    ops: dict[str, str] = {}  # node name -> op (a regex each: once per name)
     for s in mine.stats:
-        occurrence = seen[(s.step, s.op, s.slot)]
-        seen[(s.step, s.op, s.slot)] += 1
-        exact = (s.checksum or repr(s.norm), s.nan, s.inf)
-        nodes[s.step].append(
-            Entry(NODE, ("node", s.op, s.slot, occurrence), f"{s.node} {s.slot}", exact, s.norm, s.site)
-        )
+        op = ops.get(s.node) or ops.setdefault(s.node, s.op)
+        occurrence = seen[(s.step, op, s.slot)]
+        seen[(s.step, op, s.slot)] += 1
+        exact = (s.checksum or s.norm, s.nan, s.inf)  # (a logged norm is finite: NaN and Inf are counted apart)
+        nodes[s.step].append(Entry(NODE, ("node", op, s.slot, occurrence), f"{s.node} {s.slot}", exact, s.norm, s.site))
     out, collectives = {}, _by_step(mine)
     for step in _steps(mine):
         loss = (
