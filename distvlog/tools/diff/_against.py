@@ -64,18 +64,18 @@ def run_against(args: argparse.Namespace, run_a: str, run_b: str) -> int:
     if not (math.isfinite(rtol) and rtol >= 0):
         raise InputError(f"--rtol {args.rtol}: must be a finite number, at least 0")
     say_runs_read("diff", [run_a, run_b])
-
     warn = warner("diff")
+
+    def judged() -> RunsReport:
+        logs_a, logs_b = load([run_a], warn, losses=True), load([run_b], warn, losses=True)
+        return analyse_runs(run_a, logs_a, run_b, logs_b, rtol, args.bitwise)
+
     if args.output in (None, "-"):
-        report = analyse_runs(
-            run_a, load([run_a], warn, losses=True), run_b, load([run_b], warn, losses=True), rtol, args.bitwise
-        )
+        report = judged()
         sys.stdout.write(_text(report, args.json))
         return report.exit_code
     with output(args.output, [f.path for f in resolve_inputs([run_a, run_b])]) as fd:  # refused before the reading
-        report = analyse_runs(
-            run_a, load([run_a], warn, losses=True), run_b, load([run_b], warn, losses=True), rtol, args.bitwise
-        )
+        report = judged()
         write_all(fd, _text(report, args.json).encode())
     return report.exit_code
 
