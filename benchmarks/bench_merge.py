@@ -84,19 +84,8 @@ def _fill(rows: np.ndarray, template: bytes, values: np.ndarray, tids: np.ndarra
             rows[:, start + k] = 48 + digits // 10 ** (width - 1 - k) % 10
 
 
-def generate(
-    path: Path, rank: int, n: int, seed: int, span_s: float = 60.0, ranks: int = 4, kind: str = "short"
-) -> int:
-    """A rank file of n records in our glog format; returns its size."""
-    rng = np.random.default_rng(seed)
-    kinds_list = [(t.replace(b"[rank R]", b"[rank %d]" % rank), share) for t, share in KINDS[kind]]
-    offset0, offset1 = 2500.0 * rank, 2500.0 * rank + 80.0 * rank  # clock offset to rank 0, with drift
-    step = max(1, int(span_s * 1e6 / n))
-    true_ts = START_US + np.cumsum(rng.integers(1, 2 * step, n))
-    local = true_ts - np.rint(offset0 + (offset1 - offset0) * np.linspace(0, 1, n)).astype(np.int64)
-    jitter = rng.random(n) < 0.01  # the other thread stamped first
-    local[jitter] -= rng.integers(1, 200, jitter.sum())
-    created = int(local[0])
+def header_bytes(rank: int, ranks: int, created: int, clock_start: str, clock_end: str) -> bytes:
+    """glog's header lines and our meta record for a rank file created at `created` (epoch µs)."""
     meta = {
         "distvlog": VERSION,
         "format": "glog",
@@ -109,16 +98,33 @@ def generate(
         "created": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created // 10**6)) + f".{created % 10**6:06d}",
         "created_us": created,
         "utc_offset_s": 0,
-        "clock_start": f"{offset0:.1f} 3.0 {int(local[0])}".ljust(64),
-        "clock_end": f"{offset1:.1f} 3.0 {int(local[-1])}".ljust(64),
+        "clock_start": clock_start.ljust(64),
+        "clock_end": clock_end.ljust(64),
     }
-    header = (
+    return (
         f"Log file created at: {time.strftime('%Y/%m/%d %H:%M:%S', time.gmtime(created // 10**6))}\n"
         "Running on machine: bench\nLog line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n"
         f"I{time.strftime('%m%d %H:%M:%S', time.gmtime(created // 10**6))}.{created % 10**6:06d} {4000 + rank} "
         f"distvlog:0] [rank {rank}] "
         f"distvlog-meta {json.dumps(meta, separators=(',', ':'))}\n"
     ).encode()
+
+
+def generate(
+    path: Path, rank: int, n: int, seed: int, span_s: float = 60.0, ranks: int = 4, kind: str = "short"
+) -> int:
+    """A rank file of n records in our glog format; returns its size."""
+    rng = np.random.default_rng(seed)
+    kinds_list = [(t.replace(b"[rank R]", b"[rank %d]" % rank), share) for t, share in KINDS[kind]]
+    offset0, offset1 = 2500.0 * rank, 2500.0 * rank + 80.0 * rank  # clock offset to rank 0, with drift
+    step = max(1, int(span_s * 1e6 / n))
+    true_ts = START_US + np.cumsum(rng.integers(1, 2 * step, n))
+    local = true_ts - np.rint(offset0 + (offset1 - offset0) * np.linspace(0, 1, n)).astype(np.int64)
+    jitter = rng.random(n) < 0.01  # the other thread stamped first
+    local[jitter] -= rng.integers(1, 200, jitter.sum())
+    header = header_bytes(
+        rank, ranks, int(local[0]), f"{offset0:.1f} 3.0 {int(local[0])}", f"{offset1:.1f} 3.0 {int(local[-1])}"
+    )
     kinds = np.repeat(np.arange(len(kinds_list)), [share for _, share in kinds_list])[np.arange(n) % 10]
     lengths = np.array([len(t) for t, _ in kinds_list])[kinds]
     with open(path, "wb") as f:

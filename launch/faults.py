@@ -2,6 +2,9 @@
 real run (and the tests can plant them). Every fault has `--inject-NAME-rank R`; those that happen once have
 `--inject-NAME-step S` too (default 3), the others act from the start, every step. Several may be planted
 in one run. This module holds the flags and the schedule; how a fault is planted is the training script's.
+
+`--inject-numerics-step S` acts on every rank alike, so the ranks of the run still agree: it plants a
+departure between two runs of the job for `distvlog diff RUN_A RUN_B` to find.
 """
 
 from __future__ import annotations
@@ -54,6 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 f"--inject-{fault.name}-step", type=int, metavar="S", help=f"... at step S (default {DEFAULT_STEP})"
             )
     group.add_argument("--inject-slow-ms", type=float, metavar="MS", help=f"... this long (default {SLOW_MS:g})")
+    group.add_argument(
+        "--inject-numerics-step",
+        type=int,
+        metavar="S",
+        help="every rank, from step S on: the same sums in another order, as a new kernel would "
+        "(a departure from another run of the job, for `distvlog diff RUN_A RUN_B`)",
+    )
 
 
 def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -78,6 +88,9 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             parser.error(f"{given}: must be at least 0")
         if step >= args.steps:
             parser.error(f"{given}: beyond the last step, {args.steps - 1} (--steps {args.steps})")
+    numerics = args.inject_numerics_step
+    if numerics is not None and not 0 <= numerics < args.steps:
+        parser.error(f"--inject-numerics-step {numerics}: must be a step, 0 to {args.steps - 1} (--steps {args.steps})")
     if args.inject_slow_ms is not None:
         if args.inject_slow_rank is None:
             parser.error(f"--inject-slow-ms {args.inject_slow_ms:g}: needs --inject-slow-rank")
@@ -105,6 +118,11 @@ class Plan:
         }
         self.planted = {f.name for f in FAULTS if getattr(args, _dest(f.name, "rank")) is not None}
         self.slow_s = (args.inject_slow_ms or SLOW_MS) / 1e3
+        self._numerics_from = args.inject_numerics_step
+
+    def other_numerics(self, step: int) -> bool:
+        """Whether every rank computes its sums in another order at `step` (--inject-numerics-step)."""
+        return self._numerics_from is not None and step >= self._numerics_from
 
     def now(self, name: str, step: int | None = None) -> bool:
         """Whether this rank plants fault `name` at `step` (a fault without a step: at every step)."""

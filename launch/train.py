@@ -14,6 +14,9 @@ across ranks.
 (a square root at zero in the middle layer's backward), gradient explosion, a bit flip or a scaled bucket
 after the allreduce, another learning rate or weight decay, a skipped broadcast, another backward graph, an
 allreduce more or fewer, a straggler; `distvlog diff` names the rank, step and place.
+`--inject-numerics-step S` acts on every rank alike: from step S each feeds its batch reversed, the same
+sums in another order, as a new kernel would; `distvlog diff RUN_A RUN_B` finds where that run departs
+from one without it (docs/run-vs-run.md, which also says what makes this training deterministic).
 
 Rank 0 prints the mean loss over ranks per step and, at the end, the test accuracy and the parameter
 digest, which DataParallel has checked to be bit-identical on every rank.
@@ -114,6 +117,8 @@ def main() -> None:
     for step in range(args.steps):
         started = time.perf_counter()
         batch = shards.batch(args.batch_size)
+        if plan.other_numerics(step):  # the same examples, reversed: every sum over the batch in another order
+            batch = batch[::-1]
         poison = boost = None  # on every rank when some rank plants the fault: the same graph everywhere
         if plan.anywhere("nan"):
             poison = dv.to_tensor(np.float32(0.0 if plan.now("nan", step) else 1.0))

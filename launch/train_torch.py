@@ -118,6 +118,8 @@ def main() -> None:
     for step in range(args.steps):
         started = time.perf_counter()
         batch = shards.batch(args.batch_size)
+        if plan.other_numerics(step):  # the same examples, reversed: every sum over the batch in another order
+            batch = batch[::-1]
         poison = boost = None  # on every rank when some rank plants the fault: the same graph everywhere
         if plan.anywhere("nan"):
             poison = torch.tensor(0.0 if plan.now("nan", step) else 1.0)

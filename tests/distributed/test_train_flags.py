@@ -37,6 +37,7 @@ def train(tmp_path: Path, *args: str, path: str = "") -> subprocess.CompletedPro
         (["--inject-graph-rank", "1"], "--inject-graph-step 3 (the default): beyond the last step, 2 (--steps 3)"),
         (["--inject-slow-ms", "5"], "--inject-slow-ms 5: needs --inject-slow-rank"),
         (["--inject-slow-rank", "0", "--inject-slow-ms", "0"], "--inject-slow-ms 0: must be positive"),
+        (["--inject-numerics-step", "3"], "--inject-numerics-step 3: must be a step, 0 to 2 (--steps 3)"),
     ],
 )
 def test_train_refuses_a_fault_flag_that_could_not_act(tmp_path, args, message):

@@ -11,6 +11,9 @@ failed DataParallel checks and other errors. Where ranks disagree the minority i
 every side. Notes (a local gradient norm far from its peers' or its own history, a straggler) are listed
 apart and never change the exit code: local gradients legitimately differ before the allreduce.
 
+`distvlog diff RUN_A RUN_B` (or `diff RUN_A --against RUN_B`) compares two runs of one job instead: where
+run B first departs from run A, whether within float rounding, and what that points to (`_departure`).
+
 Exit 0 when no error is found (the report names any check the logs could not support), 1 when one is,
 2 on unusable input.
 """
@@ -22,15 +25,36 @@ import sys
 
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
+from ._against import add_arguments as add_run_against_arguments
+from ._against import run_against, runs_of, two_runs
+from ._departure import RunsReport, analyse_runs
 from ._findings import Finding
 from ._logs import Logs, error_text, load
 from ._render import as_json, as_text, context_text, line
 from ._report import Report, analyse
+from ._runs_render import as_text as runs_text
 
-__all__ = ["Finding", "Logs", "Report", "analyse", "error_text", "load", "line", "register", "run"]
+__all__ = [
+    "Finding",
+    "Logs",
+    "Report",
+    "RunsReport",
+    "analyse",
+    "analyse_runs",
+    "error_text",
+    "load",
+    "line",
+    "register",
+    "run",
+    "runs_text",
+    "two_runs",
+]
 
 
 def run(args: argparse.Namespace) -> int:
+    runs = runs_of(args)
+    if runs is not None:
+        return run_against(args, *runs)
     say_runs_read("diff", args.paths)
     if args.output in (None, "-"):
         report = analyse(load(args.paths, warner("diff")))
@@ -75,4 +99,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="then N lines of the collapsed timeline (merge --collapse) before the first place ranks differ, N from it",
     )
     p.add_argument("-o", "--output", metavar="OUT", help="write the report to OUT (default, or -: standard output)")
+    add_run_against_arguments(p)
     p.set_defaults(run=run)

@@ -1,5 +1,5 @@
 """What `diff` reads from the logs, as typed per-rank data: gradient statistics, collectives, parameter
-digests, step starts and failures. Everything comes through the public reader; nothing here judges."""
+digests, step starts, losses and failures. Everything comes through the public reader; nothing here judges."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ _WANTED = re.compile(
     b"|".join(p.pattern for p in (fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS), fmt.texts_pattern(*SIGNAL_MARKS))),
     re.M,
 )
+_WANTED_WITH_LOSS = re.compile(_WANTED.pattern + b"|" + fmt.field_pattern(fmt.LOSS).pattern, re.M)
 _COUNTER = re.compile(r"\d+(?=GradNode$)")
 
 
@@ -38,6 +39,7 @@ class Stat:
     inf: int
     ts: int
     run: int  # which run of the node on this rank (node name + backward pass)
+    checksum: str | None = None  # of the gradient's bytes (guard level >= 6)
 
     @property
     def op(self) -> str:
@@ -92,6 +94,7 @@ class RankLogs:
     digests: dict[int, list[str]] = field(default_factory=dict)  # step -> a digest per parameter, as it starts
     final_step: int | None = None  # the step of the digests logged at dv.finalize()
     step_ts: dict[int, int] = field(default_factory=dict)  # step -> when it started (`parameters`)
+    losses: dict[int, float] = field(default_factory=dict)  # step -> the last `loss` field logged with it
     names: list[str] = field(default_factory=list)  # the parameters, in the order of the digests
     buckets: list[list[int]] = field(default_factory=list)  # per bucket, its parameters (indices into names)
     last_step: int = -1  # the last step its step-numbered records reach
@@ -123,8 +126,9 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def load(paths: list[str], warn: Warn = ignore) -> Logs:
-    """The records `diff` needs, from every file PATH names."""
+def load(paths: list[str], warn: Warn = ignore, *, losses: bool = False) -> Logs:
+    """The records `diff` needs, from every file PATH names; with `losses`, the `loss` fields too (what
+    compares two runs; the checks within a run do not read them)."""
     logs = Logs()
     sources = open_sources(paths, warn=warn)
     for source in sources:
@@ -133,7 +137,7 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
     runs: dict[tuple, int] = {}
     passes: dict[int, dict[Any, int]] = defaultdict(dict)  # rank -> pass id -> its number among those logged
     open_collectives: dict[tuple, Collective] = {}
-    for rec in read_records(sources, where=_WANTED, severities="WEF"):
+    for rec in read_records(sources, where=_WANTED_WITH_LOSS if losses else _WANTED, severities="WEF"):
         mine = logs.ranks[rec.rank]  # (a merged timeline holds several ranks behind one header)
         first = rec.event.partition("\n")[0]
         if rec.severity in "EF":
@@ -152,6 +156,8 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
         elif first == fmt.PARAMETER_LAYOUT:
             mine.names = [str(n) for n in _list(rec.fields.get("names"))]
             mine.buckets = [[i for i in b if isinstance(i, int)] for b in _list(rec.fields.get("buckets"))]
+        elif fmt.LOSS in rec.fields:
+            _loss(mine, rec)
     after_reading(sources, warn)
     if not any(r.stats or r.collectives or r.digests or r.failures for r in logs.ranks.values()):
         raise InputError(
@@ -184,6 +190,7 @@ def _stat(rec: Record, step: int, run: int) -> Stat:
         _int(f.get("inf")),
         rec.ts,
         run,
+        str(f["checksum"]) if "checksum" in f else None,
     )
 
 
@@ -211,6 +218,13 @@ def _collective(mine: RankLogs, rec: Record, event: str, open_collectives: dict[
         c.wait_us = wait if isinstance(wait, int) else None
     else:
         c.params[str(f.get("param"))] = str(f.get("checksum"))
+
+
+def _loss(mine: RankLogs, rec: Record) -> None:
+    """A `loss` field (NaN too: a diverged run's) of a record logged within a step."""
+    step, loss = rec.fields.get("step"), rec.fields[fmt.LOSS]
+    if isinstance(step, int) and isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        mine.losses[step] = float(loss)
 
 
 def _parameters(mine: RankLogs, rec: Record) -> None:

@@ -4,6 +4,7 @@ At the top, `diff`'s findings (errors first cause first, then notes); below, plo
 time and allreduce wait (a straggler stands out), loss, the local gradient norm of each allreduce bucket
 and of each guarded node's gradients, with the first error's step marked on every plot. Drawn by plotly,
 whose JavaScript is inlined: the file opens without a network (`pip install 'distvlog[report]'`).
+`report RUN_A RUN_B` (or `--against RUN_B`) draws two runs of one job instead (`_runs`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 
 from ...errors import InputError
 from ...wording import plural, ranks_text
-from ..diff import Report, analyse, line, load
+from ..diff import Report, analyse, line, load, two_runs
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
+from ._runs import run_against
 from ._series import Panel, culprit_first, panels
 from ._timeline import table_html
 
@@ -36,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, a log root (its latest run) or files")
     p.add_argument("-o", "--output", metavar="OUT", required=True, help="the HTML file to write")
+    p.add_argument("--against", metavar="RUN_B", help="two runs on the same plots (also: report RUN_A RUN_B)")
     p.set_defaults(run=run)
 
 
@@ -44,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         import plotly  # noqa: F401
     except ImportError:
         raise InputError("needs plotly to draw: pip install 'distvlog[report]'") from None
+    runs = two_runs(args.paths, args.against)
+    if runs is not None:
+        return run_against(*runs, args.output, _STYLE)
     say_runs_read("report", args.paths)
     logs = load(args.paths, warner("report"))
     report = analyse(logs)
