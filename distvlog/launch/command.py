@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     started = time.time()
-    if not args.follow:
+    if not (args.follow or args.watch):
         code = _wait(subprocess.Popen(cmd, env={**os.environ, **env}))
         return report.after_run(root / run_id, args.n, code, started)
     run_dir = root / run_id
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"distvlog launch: the ranks' stdout and stderr go to {output}", file=sys.stderr, flush=True)
     with open(output, "wb") as out:
         proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
-    code = _wait(proc, lambda: _follow(run_dir, proc))
+    code = _wait(proc, lambda: _watch(run_dir, proc, args) if args.watch else _follow(run_dir, proc))
     print(f"distvlog launch: the ranks' output: {output}", file=sys.stderr, flush=True)
     return report.after_run(run_dir, args.n, code, started)
 
@@ -200,6 +200,19 @@ def _follow(run_dir: Path, proc: subprocess.Popen) -> None:
 
     args = build_parser().parse_args(["merge", "--follow", str(run_dir), "--idle", "inf"])
     follow(args, stop=lambda: proc.poll() is not None)
+
+
+def _watch(run_dir: Path, proc: subprocess.Popen, args: argparse.Namespace) -> None:
+    """`distvlog watch RUN_DIR` until the job has exited; --stop-on-error stops it through the launcher."""
+    from ..tools.watch import watch
+
+    watch(
+        run_dir,
+        stop_on_error=args.stop_on_error,
+        hang_after=args.hang_after,
+        launcher_stop=lambda: proc.send_signal(signal.SIGTERM),
+        job_ended=lambda: proc.poll() is not None,
+    )
 
 
 def _check_writable(root: Path, given: str | None) -> None:
@@ -283,6 +296,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"show the merged timeline live while the job runs; the ranks' own output goes to {OUTPUT_NAME} "
         "in the run directory",
     )
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help=f"print diff's verdicts live while the job runs (`distvlog watch`); the ranks' own output goes to "
+        f"{OUTPUT_NAME} in the run directory",
+    )
+    from ..tools.watch import add_arguments as add_watch_arguments
+
+    add_watch_arguments(p)
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(run=run)

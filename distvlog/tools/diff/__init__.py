@@ -23,11 +23,23 @@ import sys
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
 from ._findings import Finding
-from ._logs import Logs, error_text, load
-from ._render import as_json, as_text, line
+from ._logs import Loader, Logs, error_text, load
+from ._render import as_dict, as_json, as_text, line
 from ._report import Report, analyse
 
-__all__ = ["Finding", "Logs", "Report", "analyse", "error_text", "load", "line", "register", "run"]
+__all__ = [
+    "Finding",
+    "Loader",
+    "Logs",
+    "Report",
+    "analyse",
+    "as_dict",
+    "error_text",
+    "load",
+    "line",
+    "register",
+    "run",
+]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -286,7 +286,7 @@ class _Tail:
         if self.done or self.meta is None or self.meta.get("host") != _HOST:
             return False
         pid = self.meta.get("pid")
-        if type(pid) is not int or _alive(pid):
+        if type(pid) is not int or alive(pid):
             self._missing_since = None
             return False
         if self._missing_since is None:
@@ -322,7 +322,7 @@ def _continued(data: bytes, stop: int, end: int, count: int) -> tuple[int, bool 
     return stop, True
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether pid runs (a zombie does not: it has exited and waits for its parent)."""
     try:
         os.kill(pid, 0)
@@ -343,16 +343,18 @@ class Follow:
     def __init__(
         self,
         run_dir: Path,
-        write: Callable[[bytes], None],
-        select: _filters.Select,
+        write: Callable[[bytes], None] | None,
+        select: _filters.Select | None,
         *,
+        take: Callable[[list[Record]], None] | None = None,
         jsonl: bool = False,
         delay_s: float = 1.0,
         idle_s: float = 300.0,
         stop: Callable[[], bool] | None = None,
         say: Say,
     ) -> None:
-        self.run_dir, self.write, self.select, self.jsonl = run_dir, write, select, jsonl
+        # `take`, instead of `write`: the released records themselves (`distvlog watch`), all of them if no `select`
+        self.run_dir, self.write, self.select, self.jsonl, self.take = run_dir, write, select, jsonl, take
         self.delay_s, self.idle_s, self.stop, self.say = delay_s, idle_s, stop, say
         self.tails: dict[str, _Tail] = {}
         self.arrivals: deque[tuple[float, int]] = deque()  # (when read, newest time read then)
@@ -445,6 +447,9 @@ class Follow:
             _gather([got[2] for _, got in taken], which, order),
             _gather([got[3] for _, got in taken], which, order),
         )
+        if self.select is None:
+            self.take([batch.record(i) for i in range(len(batch))])
+            return
         if self.zone is None:
             self.zone = int((batch.tails[0].meta or {}).get("utc_offset_s") or time.localtime().tm_gmtoff)
             self.select.prepare(int(batch.ts[0]), self.zone)
