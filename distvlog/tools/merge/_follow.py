@@ -353,7 +353,7 @@ class Follow:
         stop: Callable[[], bool] | None = None,
         say: Say,
     ) -> None:
-        # `take`, instead of `write`: the released records themselves (`distvlog watch`), all of them if no `select`
+        # `take`, instead of `write` and `select`: the records themselves, as read (`distvlog watch`)
         self.run_dir, self.write, self.select, self.jsonl, self.take = run_dir, write, select, jsonl, take
         self.delay_s, self.idle_s, self.stop, self.say = delay_s, idle_s, stop, say
         self.tails: dict[str, _Tail] = {}
@@ -432,7 +432,14 @@ class Follow:
         return min(cut, *behind) if behind else cut
 
     def _release(self, cut: int) -> None:
-        """Write the queued records up to time `cut`, in order: time, then rank (file), then file order."""
+        """Write the queued records up to time `cut`, in order: time, then rank (file), then file order.
+        With `take`: every queued record at once, each file's in file order."""
+        if self.take is not None:
+            for tail in sorted((t for t in self.tails.values() if t.queue_ts), key=lambda t: t.order):
+                ts, _, texts, objs = tail.take(ALWAYS)
+                batch = _Batch(ts, [tail] * len(ts), texts, objs or [None] * len(ts))
+                self.take([batch.record(i) for i in range(len(batch))])
+            return
         tails = sorted((t for t in self.tails.values() if t.queue_ts), key=lambda t: t.order)
         taken = [(tail, got) for tail in tails if len((got := tail.take(cut))[0])]
         if not taken:
@@ -447,9 +454,6 @@ class Follow:
             _gather([got[2] for _, got in taken], which, order),
             _gather([got[3] for _, got in taken], which, order),
         )
-        if self.select is None:
-            self.take([batch.record(i) for i in range(len(batch))])
-            return
         if self.zone is None:
             self.zone = int((batch.tails[0].meta or {}).get("utc_offset_s") or time.localtime().tm_gmtoff)
             self.select.prepare(int(batch.ts[0]), self.zone)

@@ -13,14 +13,15 @@ from pathlib import Path
 
 from ... import format as fmt
 from ...errors import InputError
-from ..diff import Finding, Loader, analyse, load
+from ..diff import Finding, Loader, analyse, line, load
 from ..read import Record
 from ..stacks import ask, rank_files
 from . import _hang, _stop
 
 POLL_S = 0.1
-RELEASE_S = 0.2  # merge --follow's delay: a record is judged at the latest this long after it was read
 MIN_GAP_S = 0.2  # between two judgements of the finished steps, and at least 4x the last one's time
+REREAD_WINDOW_US = 5_000_000  # a record this much older than the newest fed from its file was fed before
+RECENT_KEPT = 100_000  # records kept to know one within that window read again
 Emit = Callable[[Finding, bool, bool], None]  # (finding, is an error, the job was running)
 
 
@@ -41,9 +42,7 @@ class Watch:
         self.run_dir, self.emit_, self.say = run_dir, emit, say
         self.hang_after, self.stop_on_error, self.launcher_stop = hang_after, stop_on_error, launcher_stop
         self.loader = Loader()
-        self.follow = Follow(
-            run_dir, None, None, take=self._feed, delay_s=RELEASE_S, idle_s=math.inf, stop=job_ended, say=say
-        )
+        self.follow = Follow(run_dir, None, None, take=self._feed, idle_s=math.inf, stop=job_ended, say=say)
         self.said: set[tuple] = set()
         self.errors = 0
         self.settled = 0  # the steps before it are judged
@@ -51,12 +50,16 @@ class Watch:
         self.judged_at, self.judging_s = -math.inf, 0.0
         self.progress_at = time.monotonic()
         self.asked_since_progress = False
-        self.stopped = False
+        self.stopped_by: str | None = None  # the verdict --stop-on-error stopped the job for
         self.last: dict[int, str] = {}  # rank -> its last record, in short
+        self.newest: dict[Path | None, int] = {}  # file -> the newest time of a record fed from it
+        self.recent: dict[tuple, None] = {}  # the records fed last (in order), to know them when read again
 
     # -- records in ------------------------------------------------------------------------------------
     def _feed(self, records: list[Record]) -> None:
         for rec in records:
+            if self._read_before(rec):
+                continue
             first = rec.event.partition("\n")[0]
             if first == fmt.STACKS_ANSWER or first.startswith((_stop.VERDICT, fmt.META_EVENT)):
                 continue  # the watch's own doing: no progress of the job's
@@ -65,6 +68,21 @@ class Watch:
             self.new = True
             self.progress_at = time.monotonic()
             self.asked_since_progress = False
+
+    def _read_before(self, rec: Record) -> bool:
+        """Whether the record was fed already: the follow reads a file again from its start when it shrinks, as
+        when a rank's reserve is cut with a record appended past it (the launcher's, on a signal)."""
+        newest = self.newest.get(rec.path, -math.inf)
+        if rec.ts < newest - REREAD_WINDOW_US:
+            return True
+        key = (rec.path, rec.ts, rec.tid, rec.line, rec.event)
+        if key in self.recent:
+            return True
+        self.recent[key] = None
+        self.newest[rec.path] = max(newest, rec.ts)
+        if len(self.recent) > 2 * RECENT_KEPT:
+            self.recent = dict.fromkeys(list(self.recent)[-RECENT_KEPT:])
+        return False
 
     # -- the loop ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -81,6 +99,8 @@ class Watch:
                 time.sleep(POLL_S)
         finally:
             self.follow.close()
+        if self.stopped_by is not None:
+            _stop.leave_verdict(rank_files(self.run_dir), self.stopped_by)
         self._final()
         return 1 if self.errors else 0
 
@@ -145,12 +165,11 @@ class Watch:
         self.said.add(key)
         self.errors += error
         self.emit_(finding, error, self._live())
-        if error and self.stop_on_error and not self.stopped:
-            self.stopped = True
-            from ..diff import line
-
-            text = _hang.text(finding).partition("\n")[0] if isinstance(finding, _hang.Hang) else line(finding)
-            _stop.stop(rank_files(self.run_dir), text, self.launcher_stop, self.say)
+        if error and self.stop_on_error and self.stopped_by is None:
+            self.stopped_by = (
+                _hang.text(finding).partition("\n")[0] if isinstance(finding, _hang.Hang) else line(finding)
+            )
+            _stop.stop(rank_files(self.run_dir), self.launcher_stop, self.say)
 
 
 def _identity(f: Finding) -> tuple:
@@ -159,4 +178,4 @@ def _identity(f: Finding) -> tuple:
     ranks = getattr(f, "ranks", None)
     if ranks is None:
         ranks = [getattr(f, "rank", None)]
-    return type(f).__name__, f.step, tuple(ranks), getattr(f, "error", None)
+    return type(f).__name__, f.step, tuple(sorted(ranks, key=str)), getattr(f, "error", None)
