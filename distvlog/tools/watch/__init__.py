@@ -25,8 +25,9 @@ from ...format import dumps
 from ..diff import Finding, as_dict, line
 from ._hang import Hang, text
 from ._live import Watch
+from ._stop import VERDICT
 
-__all__ = ["Hang", "Watch", "add_arguments", "register", "run", "watch"]
+__all__ = ["VERDICT", "Hang", "Watch", "add_arguments", "register", "run", "watch"]
 
 
 def _printer(as_json: bool) -> Callable[[Finding, bool, bool], None]:
