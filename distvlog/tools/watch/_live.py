@@ -75,7 +75,7 @@ class Watch:
         newest = self.newest.get(rec.path, -math.inf)
         if rec.ts < newest - REREAD_WINDOW_US:
             return True
-        key = (rec.path, rec.ts, rec.tid, rec.line, rec.event)
+        key = (rec.path, rec.ts, rec.tid, rec.line, rec.event, repr(rec.fields))
         if key in self.recent:
             return True
         self.recent[key] = None
@@ -112,9 +112,8 @@ class Watch:
         tails = self.follow.tails.values()
         if not tails or len({t.rank for t in tails}) < self.follow.world:
             return 0
-        steps = [
-            self.loader.logs.ranks[t.rank].last_step for t in tails if not t.done and t.rank in self.loader.logs.ranks
-        ]
+        ranks = self.loader.logs.ranks
+        steps = [ranks[t.rank].last_step if t.rank in ranks else -1 for t in tails if not t.done]
         return min(steps) if steps else 0
 
     def _judge_finished(self, now: float) -> None:
