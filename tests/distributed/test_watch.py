@@ -83,7 +83,7 @@ def test_watch_gives_diffs_verdicts_while_the_job_runs(tmp_path, capsys):
     faults = ["--inject-graph-rank", "3", "--inject-graph-step", "1", "--inject-bitflip-rank", "1"]
     faults += ["--inject-bitflip-step", "2", "--inject-explode-rank", "0", "--inject-explode-step", "4"]
     faults += ["--inject-nan-rank", "2", "--inject-nan-step", "6"]
-    job = cli(tmp_path, "launch", "-n", "4", TRAIN, "--data", "synthetic", "--steps", "40", *faults)
+    job = cli(tmp_path, "launch", "-n", "4", TRAIN, "--data", "synthetic", "--steps", "20", *faults)
     watch = cli(tmp_path, "watch", "--json", str(run_dir_of(tmp_path)))
     code, out, err = finish(watch)
     assert finish(job)[0] == 0
@@ -170,3 +170,14 @@ def test_stacks_of_a_live_job_with_ranks_blocked_in_an_allreduce(tmp_path):
     blocked = out.index("ranks 0-2: blocked in C, main thread at watch_jobs.py:")
     python = out.index("rank 3: running Python, main thread at watch_jobs.py:")
     assert "comm.Allreduce(MPI.IN_PLACE" in out[blocked:python] and "time.sleep(0.05)" in out[python:], out
+
+
+def test_a_healthy_job_with_a_slow_rank_gets_no_error(tmp_path):
+    """Adam, allreduces overlapping backward, rank 1 slower: watch (default hang threshold) ends with the job
+    and finds no error."""
+    slow = ("--inject-slow-rank", "1", "--inject-slow-ms", "40")
+    launch = ["launch", "-n", "4", "--watch", TRAIN, "--data", "synthetic", "--optimizer", "adam", "--overlap"]
+    code, out, err = finish(cli(tmp_path, *launch, "--steps", "12", *slow))
+    assert code == 0, err
+    assert "; 0 errors found\n" in err, err
+    assert all(line.startswith(("note: ", "  ")) for line in out.splitlines()), out

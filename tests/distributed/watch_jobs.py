@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 import distvlog as dv
 
-PAUSE_S = 8.0
+PAUSE_S = 5.0
 GATE_WAIT_S = 120.0
 
 
