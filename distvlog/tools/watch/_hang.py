@@ -98,6 +98,8 @@ def text(h: Hang) -> str:
     if h.in_python:
         parts.append(f"{ranks_text(h.in_python)} running Python")
     lines = [head + (": " + "; ".join(parts) if parts else "")]
+    if not h.error:  # where each group is, not the whole stacks (the JSON has them)
+        return "\n".join(lines + ["  " + line for line in h.stacks if not line.startswith(" ")])
     lines += ["  " + line for line in h.stacks]
     lines += [f"  last record of rank {rank}: {record}" for rank, record in sorted(h.last_records.items())]
     return "\n".join(lines)
