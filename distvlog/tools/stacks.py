@@ -183,11 +183,9 @@ def grouped(asked: Asked) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .merge import resolve_run
-
     if not args.wait >= 0:
         raise InputError(f"--wait {args.wait}: expected a number of seconds")
-    run_dir = resolve_run(args.path)
+    run_dir = resolve(args.path)
     ranks = rank_files(run_dir)
     if not ranks:
         raise InputError(f"{args.path}: no rank files in {run_dir}")
@@ -197,15 +195,30 @@ def run(args: argparse.Namespace) -> int:
     return 1 if asked.missing else 0
 
 
+def resolve(path: str) -> Path:
+    """The run directory PATH names (a run directory, a log root's latest run; `latest`: the default root's)."""
+    from .merge import resolve_run
+
+    given = Path(path)
+    if path != "latest" and not given.is_dir():
+        raise InputError(f"{path}: {'not a directory' if given.exists() else 'no such directory'}")
+    return resolve_run(path)
+
+
+def add_run_argument(parser: argparse.ArgumentParser) -> None:
+    """PATH, the run of a live job (shared with `distvlog watch`)."""
+    parser.add_argument(
+        "path", nargs="?", default="latest", metavar="PATH", help="a run directory or a log root (default: latest run)"
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "stacks",
         help="every rank's Python stacks now, grouped by identical stack (the ranks go on)",
         description=__doc__.split("\n\n")[1],
     )
-    p.add_argument(
-        "path", nargs="?", default="latest", metavar="PATH", help="a run directory or a log root (default: latest run)"
-    )
+    add_run_argument(p)
     p.add_argument(
         "--wait",
         type=float,

@@ -23,6 +23,7 @@ from pathlib import Path
 from ...errors import InputError
 from ...format import dumps
 from ..diff import Finding, as_dict, line
+from ..stacks import add_run_argument, resolve
 from ._hang import Hang, text
 from ._live import Watch
 from ._stop import VERDICT
@@ -75,13 +76,11 @@ def watch(
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..merge import resolve_run
-
     if args.hang_after is not None and not args.hang_after > 0:
         raise InputError(f"--hang-after {args.hang_after}: expected a positive number of seconds")
     try:
         return watch(
-            resolve_run(args.path), as_json=args.json, stop_on_error=args.stop_on_error, hang_after=args.hang_after
+            resolve(args.path), as_json=args.json, stop_on_error=args.stop_on_error, hang_after=args.hang_after
         )
     except KeyboardInterrupt:
         _say("interrupted")
@@ -107,9 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="diff's verdicts while the job runs; hangs explained with every rank's stacks",
         description=__doc__.split("\n\n")[1],
     )
-    p.add_argument(
-        "path", nargs="?", default="latest", metavar="PATH", help="a run directory or a log root (default: latest run)"
-    )
+    add_run_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object per verdict")
     add_arguments(p)
     p.set_defaults(run=run)

@@ -19,6 +19,7 @@ from ..stacks import ask, rank_files
 from . import _hang, _stop
 
 POLL_S = 0.1
+NO_FILES_S = 60.0  # a run directory in which no rank file appears this long is no job's
 MIN_GAP_S = 0.2  # between two judgements of the finished steps, and at least 4x the last one's time
 REREAD_WINDOW_US = 5_000_000  # a record this much older than the newest fed from its file was fed before
 RECENT_KEPT = 100_000  # records kept to know one within that window read again
@@ -87,9 +88,12 @@ class Watch:
     # -- the loop ---------------------------------------------------------------------------------------
     def run(self) -> int:
         """Until the job has ended: 1 when an error was found, 0 when none."""
+        started = time.monotonic()
         try:
             while True:
                 now = time.monotonic()
+                if not self.follow.tails and now - started > NO_FILES_S:
+                    raise InputError(f"{self.run_dir}: no rank file appeared in {NO_FILES_S:g} s")
                 if self.follow.ended(now):
                     self.follow.drain(now)
                     break
