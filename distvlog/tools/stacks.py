@@ -164,17 +164,18 @@ def _answer_in(r: RankFile, start: int, request_id: str) -> Answer | None:
     return Answer(r.rank, state if isinstance(state, str) else "", f"{record.file}:{record.line}", stacks)
 
 
-def grouped(asked: Asked) -> list[str]:
+def grouped(asked: Asked, brief: bool = False) -> list[str]:
     """The answers as lines, ranks with identical stacks (and state) as one group, the largest group first;
-    then the ranks that did not answer."""
+    then the ranks that did not answer. `brief`: ranks grouped by where their main thread is, without the
+    stacks."""
     groups: dict[tuple[str, str], list[Answer]] = {}
     for answer in asked.answers.values():
-        groups.setdefault((answer.state, answer.stacks), []).append(answer)
+        groups.setdefault((answer.state, answer.where if brief else answer.stacks), []).append(answer)
     lines = []
     for (state, stacks), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0].rank)):
         how = f"{state}, " if state else ""
         lines.append(f"{ranks_text(a.rank for a in members)}: {how}main thread at {members[0].where}")
-        lines += ["  " + line for line in stacks.splitlines()]
+        lines += [] if brief else ["  " + line for line in stacks.splitlines()]
     by_why: dict[str, list[int]] = {}
     for rank, why in sorted(asked.missing.items()):
         by_why.setdefault(why, []).append(rank)

@@ -54,6 +54,8 @@ class Hang(Finding):
     blocked: list[int]  # ranks whose main thread was blocked in C
     in_python: list[int]
     stacks: list[str]  # grouped, as `distvlog stacks` prints them
+    where: list[str]  # ranks grouped by where their main thread is
+    starting: bool  # no rank has logged a step yet
     last_records: dict[int, str] = field(default_factory=dict)
 
 
@@ -65,7 +67,20 @@ def judge(logs: Logs, asked: Asked, quiet_s: float, threshold_s: float, last: di
     allreduces = _last_allreduces(logs)
     stuck = bool(blocked) or any(not w.finished for w in allreduces)
     step = min((w.step for w in allreduces if not w.finished), default=None)
-    return Hang(step, quiet_s, threshold_s, stuck, allreduces, blocked, in_python, grouped(asked), last)
+    starting = all(mine.last_step < 0 for mine in logs.ranks.values())
+    return Hang(
+        step,
+        quiet_s,
+        threshold_s,
+        stuck,
+        allreduces,
+        blocked,
+        in_python,
+        grouped(asked),
+        grouped(asked, True),
+        starting,
+        last,
+    )
 
 
 def _last_allreduces(logs: Logs) -> list[Waiting]:
@@ -84,7 +99,7 @@ def text(h: Hang) -> str:
         f"hang: no rank made progress for {h.quiet_s:.1f} s (threshold {h.threshold_s:g} s)"
         if h.error
         else f"pause: no rank made progress for {h.quiet_s:.1f} s (threshold {h.threshold_s:g} s), and none waits "
-        "in a collective: every rank runs Python (an evaluation, a checkpoint?)"
+        f"in a collective: every rank runs Python ({'starting: no step logged yet' if h.starting else 'an evaluation, a checkpoint?'})"
     )
     parts = []
     for w in h.allreduces:
@@ -99,7 +114,10 @@ def text(h: Hang) -> str:
         parts.append(f"{ranks_text(h.in_python)} running Python")
     lines = [head + (": " + "; ".join(parts) if parts else "")]
     if not h.error:  # where each group is, not the whole stacks (the JSON has them)
-        return "\n".join(lines + ["  " + line for line in h.stacks if not line.startswith(" ")])
+        return "\n".join(lines + ["  " + line for line in h.where])
     lines += ["  " + line for line in h.stacks]
-    lines += [f"  last record of rank {rank}: {record}" for rank, record in sorted(h.last_records.items())]
+    by_record: dict[str, list[int]] = {}
+    for rank, record in sorted(h.last_records.items()):
+        by_record.setdefault(record, []).append(rank)
+    lines += [f"  last record of {ranks_text(ranks)}: {record}" for record, ranks in by_record.items()]
     return "\n".join(lines)
