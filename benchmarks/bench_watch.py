@@ -79,12 +79,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        nan = ["--inject-nan-rank", "1", "--inject-nan-step", "3"]
+        nan = ["--inject-nan-rank", "1", "--inject-nan-step", str(args.steps // 2)]
         _, found = watched(tmp, args.ranks, args.steps, nan, [])
         at, v = next((t, v) for t, v in found if v["kind"] == "nan_origin")
         print(f"NaN:    verdict {at - v['ts'] / 1e6:6.2f} s after the NaN rank's record (live: {v['live']})")
 
-        graph = ["--inject-graph-rank", "1", "--inject-graph-step", "3"]
+        graph = ["--inject-graph-rank", "1", "--inject-graph-step", str(args.steps // 2)]
         run_dir, found = watched(tmp, args.ranks, args.steps, graph, [])
         at, v = next((t, v) for t, v in found if v["kind"] == "desync")
         proof = max(mine.step_ts[v["step"] + 1] for mine in _logs(run_dir).ranks.values()) / 1e6

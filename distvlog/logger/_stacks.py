@@ -40,7 +40,7 @@ from ._sink import SINK, RankFile
 
 POLL_S = 1.0
 REQUEST_TTL_S = 60.0  # an older request is a past one (a rank that starts later does not answer it)
-_PROMPT_S = 0.2  # a main thread that runs Python runs a signal's handler sooner than this
+_PROMPT_S = 0.5  # a main thread that runs Python runs a signal's handler sooner than this (a busy machine too)
 _ID = re.compile(rb"[\w.:-]{1,128}")
 _OWN_THREADS = "distvlog-"  # the logger's own threads: not the user's, left out of the answer
 

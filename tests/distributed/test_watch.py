@@ -144,13 +144,14 @@ def test_launch_watch_explains_one_allreduce_more_and_stops_the_job(tmp_path):
 
 
 def test_a_pause_in_python_on_every_rank_is_a_note(tmp_path):
-    """Every rank sleeps in Python longer than --hang-after: a pause (a note), no error, exit 0."""
-    job = cli(tmp_path, "launch", "-n", "4", JOBS, "pause")
-    code, out, err = finish(cli(tmp_path, "watch", "--json", *HANG_AFTER, str(run_dir_of(tmp_path))))
-    assert finish(job)[0] == 0
-    assert code == 0, out + err
-    (pause,) = verdicts(out)
-    assert (pause["kind"], pause["error"], pause["in_python"], pause["blocked"]) == ("hang", False, [0, 1, 2, 3], [])
+    """Every rank sleeps in Python longer than --hang-after (`launch --watch`: watching from the start): a
+    pause, a note naming where the ranks are, no error."""
+    code, out, err = finish(cli(tmp_path, "launch", "-n", "4", "--watch", *HANG_AFTER, JOBS, "pause"))
+    assert code == 0 and "; 0 errors found\n" in err, out + err
+    lines = out.splitlines()
+    pause = next(i for i, line in enumerate(lines) if "(an evaluation, a checkpoint?): " in line)
+    assert lines[pause].startswith("pause: ") and lines[pause].endswith("; ranks 0-3 running Python"), out
+    assert lines[pause + 1] == "  ranks 0-3: running Python, main thread at watch_jobs.py:46", out
 
 
 def test_stacks_of_a_live_job_with_ranks_blocked_in_an_allreduce(tmp_path):

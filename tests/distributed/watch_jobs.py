@@ -2,8 +2,8 @@
 
 - blocked: every rank logs, then the last rank waits in Python (a sleep loop, in `wait_in_python`) until the
   file GATE exists, while the others wait in an allreduce it has not entered (blocked in C); then all finish.
-- pause: train.py's loop in small, then every rank pauses in Python (as for an evaluation or a checkpoint)
-  for PAUSE_S, then trains on: no hang.
+- pause: a DataParallel model trains 3 steps, every rank pauses in Python (as for an evaluation or a
+  checkpoint) for PAUSE_S, then it trains on: no hang.
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ def blocked(gate: str) -> None:
 
 
 def pause(_gate: str) -> None:
-    comm = MPI.COMM_WORLD
-    log = dv.get_logger("job")
-    for step in range(3):
-        log.info("step", step=step)
-        comm.allreduce(step)
-    time.sleep(PAUSE_S)
-    for step in range(3, 6):
-        log.info("step", step=step)
-        comm.allreduce(step)
+    dv.set_vlog_level({"parallel": 1})
+    model = dv.DataParallel(dv.nn.Linear(4, 1))
+    opt = dv.optim.SGD(learning_rate=0.1, parameters=model.parameters())
+    for step in range(6):
+        if step == 3:
+            time.sleep(PAUSE_S)
+        model(dv.to_tensor(np.ones((2, 4), np.float32))).sum().backward()
+        opt.step()
+        opt.clear_grad()
 
 
 if __name__ == "__main__":

@@ -23,11 +23,12 @@ import sys
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
 from ._findings import Finding
-from ._logs import Loader, Logs, error_text, load
+from ._logs import WANTED, Loader, Logs, error_text, load
 from ._render import as_dict, as_json, as_text, line
 from ._report import Report, analyse
 
 __all__ = [
+    "WANTED",
     "Finding",
     "Loader",
     "Logs",

@@ -17,7 +17,8 @@ from ..read import Record, Warn, after_reading, ignore, open_sources, read_recor
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
 SIGNAL_MARKS = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
 _DP_EVENTS = (fmt.ALLREDUCE_BEGIN, fmt.ALLREDUCE_END, fmt.ALLREDUCE_PARAM, fmt.PARAMETER_LAYOUT, fmt.PARAMETERS)
-_WANTED = re.compile(
+# The I records diff reads (W, E and F records it reads all), in glog text.
+WANTED = re.compile(
     b"|".join(p.pattern for p in (fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS), fmt.texts_pattern(*SIGNAL_MARKS))),
     re.M,
 )
@@ -150,7 +151,7 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
     for source in sources:
         if source.rank is not None:
             loader.logs.ranks[source.rank]  # a rank whose file holds nothing diff reads is still a rank of the run
-    for rec in read_records(sources, where=_WANTED, severities="WEF"):
+    for rec in read_records(sources, where=WANTED, severities="WEF"):
         loader.feed(rec)
     after_reading(sources, warn)
     if not loader.any():

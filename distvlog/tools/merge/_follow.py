@@ -347,14 +347,17 @@ class Follow:
         select: _filters.Select | None,
         *,
         take: Callable[[list[Record]], None] | None = None,
+        wanted: re.Pattern[bytes] | None = None,
         jsonl: bool = False,
         delay_s: float = 1.0,
         idle_s: float = 300.0,
         stop: Callable[[], bool] | None = None,
         say: Say,
     ) -> None:
-        # `take`, instead of `write` and `select`: the records themselves, as read (`distvlog watch`)
+        # `take`, instead of `write` and `select`: the records themselves, as read (`distvlog watch`); with
+        # `wanted`, only W, E and F records and those whose glog text it finds (the others are not decoded)
         self.run_dir, self.write, self.select, self.jsonl, self.take = run_dir, write, select, jsonl, take
+        self.wanted = wanted
         self.delay_s, self.idle_s, self.stop, self.say = delay_s, idle_s, stop, say
         self.tails: dict[str, _Tail] = {}
         self.arrivals: deque[tuple[float, int]] = deque()  # (when read, newest time read then)
@@ -438,7 +441,8 @@ class Follow:
             for tail in sorted((t for t in self.tails.values() if t.queue_ts), key=lambda t: t.order):
                 ts, _, texts, objs = tail.take(ALWAYS)
                 batch = _Batch(ts, [tail] * len(ts), texts, objs or [None] * len(ts))
-                self.take([batch.record(i) for i in range(len(batch))])
+                kept = range(len(batch)) if self.wanted is None else np.flatnonzero(_wanted(batch, self.wanted))
+                self.take([batch.record(i) for i in kept])
             return
         tails = sorted((t for t in self.tails.values() if t.queue_ts), key=lambda t: t.order)
         taken = [(tail, got) for tail in tails if len((got := tail.take(cut))[0])]
@@ -560,6 +564,11 @@ class _Batch:
         ts, rank, obj = int(self.ts[i]), int(self.rank[i]), self.objs[i]
         path = self.tails[i].path
         return from_json(obj, ts, rank, path) if obj is not None else from_glog(self.texts[i], ts, rank, path)
+
+
+def _wanted(batch: _Batch, pattern: re.Pattern[bytes]) -> np.ndarray:
+    """W, E and F records, and those `pattern` finds."""
+    return (batch.severity != ord("I")) | batch.matching(pattern)
 
 
 def _gather(parts: list[list], which: np.ndarray, order: np.ndarray) -> list:

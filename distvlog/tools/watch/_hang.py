@@ -60,12 +60,14 @@ class Hang(Finding):
 
 
 def judge(logs: Logs, asked: Asked, quiet_s: float, threshold_s: float, last: dict[int, str]) -> Hang:
-    """A hang when some rank waits in a collective (its allreduce begun and not finished, or its main thread
-    blocked in C), else a pause."""
+    """A hang when some rank waits in a collective: its allreduce begun and not finished, or its main thread
+    blocked in C where no rank that runs Python is (a rank that sleeps in Python, as the others do, may be
+    found in C by a signal a busy machine delivered late); else a pause."""
     blocked = sorted(r for r, a in asked.answers.items() if a.state == fmt.STATE_BLOCKED)
     in_python = sorted(r for r, a in asked.answers.items() if a.state == fmt.STATE_PYTHON)
     allreduces = _last_allreduces(logs)
-    stuck = bool(blocked) or any(not w.finished for w in allreduces)
+    places = {a.where for a in asked.answers.values() if a.state == fmt.STATE_PYTHON}
+    stuck = any(not w.finished for w in allreduces) or any(asked.answers[r].where not in places for r in blocked)
     step = min((w.step for w in allreduces if not w.finished), default=None)
     starting = all(mine.last_step < 0 for mine in logs.ranks.values())
     return Hang(

@@ -7,13 +7,14 @@ the run as `distvlog diff` does, and what it finds that was not said yet is said
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ... import format as fmt
 from ...errors import InputError
-from ..diff import Finding, Loader, analyse, line, load
+from ..diff import WANTED, Finding, Loader, analyse, line, load
 from ..read import Record
 from ..stacks import ask, rank_files
 from . import _hang, _stop
@@ -43,7 +44,10 @@ class Watch:
         self.run_dir, self.emit_, self.say = run_dir, emit, say
         self.hang_after, self.stop_on_error, self.launcher_stop = hang_after, stop_on_error, launcher_stop
         self.loader = Loader()
-        self.follow = Follow(run_dir, None, None, take=self._feed, idle_s=math.inf, stop=job_ended, say=say)
+        wanted = re.compile(b"|".join((WANTED.pattern, fmt.texts_pattern(fmt.STACKS_ANSWER).pattern)), re.M)
+        self.follow = Follow(
+            run_dir, None, None, take=self._feed, wanted=wanted, idle_s=math.inf, stop=job_ended, say=say
+        )
         self.said: set[tuple] = set()
         self.errors = 0
         self.settled = 0  # the steps before it are judged
@@ -51,6 +55,7 @@ class Watch:
         self.judged_at, self.judging_s = -math.inf, 0.0
         self.progress_at = time.monotonic()
         self.asked_since_progress = False
+        self.own = self.written = 0  # records of the watch's own doing (stacks answers); the job's records read
         self.stopped_by: str | None = None  # the verdict --stop-on-error stopped the job for
         self.last: dict[int, str] = {}  # rank -> its last record, in short
         self.newest: dict[Path | None, int] = {}  # file -> the newest time of a record fed from it
@@ -62,13 +67,18 @@ class Watch:
             if self._read_before(rec):
                 continue
             first = rec.event.partition("\n")[0]
-            if first == fmt.STACKS_ANSWER or first.startswith((_stop.VERDICT, fmt.META_EVENT)):
-                continue  # the watch's own doing: no progress of the job's
+            if first == fmt.STACKS_ANSWER or first.startswith(_stop.VERDICT):
+                self.own += 1  # the watch's own doing: no progress of the job's
+                continue
             self.loader.feed(rec)
             self.last[rec.rank] = f"{rec.file}:{rec.line} {first[:120]}"
             self.new = True
-            self.progress_at = time.monotonic()
-            self.asked_since_progress = False
+
+    def _progress(self, now: float) -> None:
+        """Any record the job wrote (decoded or not) is progress."""
+        written = sum(t.records for t in self.follow.tails.values()) - self.own
+        if written != self.written:
+            self.written, self.progress_at, self.asked_since_progress = written, now, False
 
     def _read_before(self, rec: Record) -> bool:
         """Whether the record was fed already: the follow reads a file again from its start when it shrinks, as
@@ -98,6 +108,7 @@ class Watch:
                     self.follow.drain(now)
                     break
                 self.follow.step(now)
+                self._progress(now)
                 self._judge_finished(now)
                 self._look_for_hang(now)
                 time.sleep(POLL_S)
@@ -177,8 +188,14 @@ class Watch:
 
 def _identity(f: Finding) -> tuple:
     """What makes a finding the same one when it is found again with more records (a desync that differs
-    in more steps): its kind, step and ranks (a pause and a hang at one step are two)."""
+    in more steps): its kind, step and ranks (a pause and a hang at one step are two, a pause at the start and one later too)."""
     ranks = getattr(f, "ranks", None)
     if ranks is None:
         ranks = [getattr(f, "rank", None)]
-    return type(f).__name__, f.step, tuple(sorted(ranks, key=str)), getattr(f, "error", None)
+    return (
+        type(f).__name__,
+        f.step,
+        tuple(sorted(ranks, key=str)),
+        getattr(f, "error", None),
+        getattr(f, "starting", None),
+    )
