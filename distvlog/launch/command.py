@@ -158,6 +158,11 @@ def _rank_env(run_id: str, root: Path, n: int, local: bool) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise InputError(f"-n {args.n}: need at least one rank")
+    if args.watch and args.follow:
+        raise InputError("--watch and --follow: choose one (both take the terminal)")
+    for option, given in (("--stop-on-error", args.stop_on_error), ("--hang-after", args.hang_after is not None)):
+        if given and not args.watch:
+            raise InputError(f"{option}: needs --watch")
     script = Path(args.script)
     if not script.is_file():
         raise InputError(f"script {script}: {'a directory' if script.is_dir() else 'no such file'}")

@@ -75,7 +75,6 @@ def _install_handler() -> None:
     with contextlib.suppress(ValueError, OSError):
         signal.signal(STACKS_WAKE_SIGNAL, _handler)
         _ASKED.handler_installed = True
-        _lifecycle.WAKE_ON[STACKS_WAKE_SIGNAL] = _ASKED.wake.set
 
 
 def _on_open(sink: RankFile) -> None:
@@ -84,6 +83,8 @@ def _on_open(sink: RankFile) -> None:
     _ASKED.pid = os.getpid()
     _ASKED.wake = threading.Event()  # (a forked child's own: its parent's thread is not in it)
     _install_handler()
+    if _ASKED.handler_installed:
+        _lifecycle.WAKE_ON[STACKS_WAKE_SIGNAL] = _ASKED.wake.set
     request = sink.path.parent / STACKS_REQUEST
     threading.Thread(target=_watch, args=(request,), name="distvlog-stacks", daemon=True).start()
 
@@ -117,7 +118,7 @@ def _new_request(request: Path) -> str | None:
 
 def _main_state() -> str | None:
     """Whether the main thread runs Python: the handler of a signal sent to it runs there within _PROMPT_S."""
-    if not _ASKED.handler_installed:
+    if signal.getsignal(STACKS_WAKE_SIGNAL) is not _handler:  # (replaced by the user's own since)
         return None
     before = _ASKED.handled
     signal.pthread_kill(threading.main_thread().ident, STACKS_WAKE_SIGNAL)

@@ -20,7 +20,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ...errors import InputError
 from ...format import dumps
 from ..diff import Finding, as_dict, line
 from ..stacks import add_run_argument, resolve
@@ -76,8 +75,6 @@ def watch(
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.hang_after is not None and not args.hang_after > 0:
-        raise InputError(f"--hang-after {args.hang_after}: expected a positive number of seconds")
     try:
         return watch(
             resolve(args.path), as_json=args.json, stop_on_error=args.stop_on_error, hang_after=args.hang_after
@@ -87,6 +84,16 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """--stop-on-error and --hang-after (shared with `distvlog launch --watch`)."""
     parser.add_argument(
@@ -94,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hang-after",
-        type=float,
+        type=_positive_seconds,
         metavar="S",
         help="ask for the ranks' stacks once no rank made progress for S seconds (default: 10 median steps, >= 5)",
     )
