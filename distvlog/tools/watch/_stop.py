@@ -44,4 +44,4 @@ def leave_verdict(ranks: list[RankFile], verdict: str) -> None:
 
     for r in ranks:
         with contextlib.suppress(OSError):
-            append_record(r.path, "warning", VERDICT + verdict)
+            append_record(r.path, "warning", VERDICT + verdict, rank=r.rank)
