@@ -111,7 +111,8 @@ class Watch:
                 self._progress(now)
                 self._judge_finished(now)
                 self._look_for_hang(now)
-                time.sleep(POLL_S)
+                if all(t.caught_up for t in self.follow.tails.values()):  # (a backlog is read without a pause)
+                    time.sleep(POLL_S)
         finally:
             self.follow.close()
         if self.stopped_by is not None:
