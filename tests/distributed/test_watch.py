@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from launch_testkit import LIVE_GUARD_S, finish, live_run_dir
 
 from distvlog.cli import main
 from distvlog.tools.watch import VERDICT
@@ -19,7 +20,6 @@ from distvlog.tools.watch import VERDICT
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "launch" / "train.py")
 JOBS = str(Path(__file__).with_name("watch_jobs.py"))
-GUARD_S = 240  # against hangs of a broken test only: never a limit on how fast anything must be
 HANG_AFTER = ("--hang-after", "3")
 
 
@@ -39,26 +39,6 @@ def cli(tmp_path: Path, *args: str, **popen) -> subprocess.Popen:
         start_new_session=True,
         **popen,
     )
-
-
-def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=GUARD_S)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    return proc.returncode, out, err
-
-
-def run_dir_of(tmp_path: Path, ranks: int = 4) -> Path:
-    """The run directory of the job started under tmp_path, once all its rank files are there."""
-    deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline:
-        for run in (tmp_path / "logs").glob("*-*"):
-            if run.is_dir() and len(list(run.glob("rank-*.log"))) == ranks:
-                return run
-        time.sleep(0.2)
-    raise AssertionError("the job wrote no rank files")
 
 
 def verdicts(out: str) -> list[dict]:
@@ -84,12 +64,12 @@ def test_watch_gives_diffs_verdicts_while_the_job_runs(tmp_path, capsys):
     faults += ["--inject-bitflip-step", "2", "--inject-explode-rank", "0", "--inject-explode-step", "4"]
     faults += ["--inject-nan-rank", "2", "--inject-nan-step", "6"]
     job = cli(tmp_path, "launch", "-n", "4", TRAIN, "--data", "synthetic", "--steps", "20", *faults)
-    watch = cli(tmp_path, "watch", "--json", str(run_dir_of(tmp_path)))
+    watch = cli(tmp_path, "watch", "--json", str(live_run_dir(tmp_path / "logs", 4)))
     code, out, err = finish(watch)
     assert finish(job)[0] == 0
     live = verdicts(out)
     assert code == 1, err
-    diff_code, report = diff_of(capsys, run_dir_of(tmp_path))
+    diff_code, report = diff_of(capsys, live_run_dir(tmp_path / "logs", 4))
     assert diff_code == 1
     assert [same(v) for v in live if v["error"]] == [same(f) for f in report["errors"]], out
     assert [same(v) for v in live[:4]] == [
@@ -107,7 +87,7 @@ def test_one_allreduce_fewer_hangs_and_stop_on_error_ends_the_job_by_its_pids(tm
     ranks' pids; every rank's file ends with the verdict."""
     fault = ("--inject-skip-allreduce-rank", "2", "--inject-skip-allreduce-step", "3")
     job = cli(tmp_path, "launch", "-n", "4", TRAIN, "--data", "synthetic", "--steps", "40", *fault)
-    run_dir = run_dir_of(tmp_path)
+    run_dir = live_run_dir(tmp_path / "logs", 4)
     code, out, err = finish(cli(tmp_path, "watch", "--json", "--stop-on-error", *HANG_AFTER, str(run_dir)))
     assert finish(job)[0] != 0  # stopped
     assert code == 1 and "sent SIGTERM to ranks 0-3" in err, err
@@ -160,8 +140,8 @@ def test_stacks_of_a_live_job_with_ranks_blocked_in_an_allreduce(tmp_path):
     says where each group's main thread is and in what state, and the job goes on afterwards."""
     gate = tmp_path / "gate"
     job = cli(tmp_path, "launch", "-n", "4", JOBS, "blocked", str(gate))
-    run_dir = run_dir_of(tmp_path)
-    deadline = time.monotonic() + GUARD_S
+    run_dir = live_run_dir(tmp_path / "logs", 4)
+    deadline = time.monotonic() + LIVE_GUARD_S
     while sum("ready" in p.read_text() for p in run_dir.glob("rank-*.log")) < 4 and time.monotonic() < deadline:
         time.sleep(0.2)
     code, out, err = finish(cli(tmp_path, "stacks", str(run_dir)))

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch", reason="the PyTorch adapter's tests need torch (CI installs torch==2.13.0)")
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "distributed"))
+from launch_testkit import finish, live_run_dir  # noqa: E402
+
 from distvlog.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).with_name("watch_torch_jobs.py")
-GUARD_S = 300  # against hangs of a broken test only
 
 
 def _env(logs: Path) -> dict[str, str]:
@@ -40,33 +40,14 @@ def _start(logs: Path, *cmd: str) -> subprocess.Popen:
     )
 
 
-def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=GUARD_S)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    return proc.returncode, out, err
-
-
-def _run_dir(logs: Path, ranks: int) -> Path:
-    deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline:
-        for run in logs.glob("*-*"):
-            if run.is_dir() and len(list(run.glob("rank-*.log"))) == ranks:
-                return run
-        time.sleep(0.2)
-    raise AssertionError("the job wrote no rank files")
-
-
 def watched(tmp_path: Path, mode: str, ranks: int) -> tuple[Path, list[dict]]:
     """torchrun MODE on `ranks` ranks, watched with --stop-on-error: (run dir, the verdicts); diff's JSON
     report is on the captured stdout."""
     logs = tmp_path / "logs"
     job = _start(logs, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), str(JOBS), mode)
-    run_dir = _run_dir(logs, ranks)
-    code, out, err = _finish(_start(logs, "-m", "distvlog", "watch", "--json", "--stop-on-error", str(run_dir)))
-    _finish(job)
+    run_dir = live_run_dir(logs, ranks)
+    code, out, err = finish(_start(logs, "-m", "distvlog", "watch", "--json", "--stop-on-error", str(run_dir)))
+    finish(job)
     assert code == 1, out + err
     assert main(["diff", "--json", str(run_dir)]) == 1
     return run_dir, [json.loads(line) for line in out.splitlines()]
