@@ -26,7 +26,6 @@ from pathlib import Path
 from .. import format as fmt
 from ..errors import InputError
 from ..wording import plural, ranks_text
-from .read import from_glog, from_json
 
 WAIT_S = 5.0  # ranks on other hosts look at the request once a second
 _POLL_S = 0.05
@@ -134,6 +133,8 @@ def _write_request(run_dir: Path, request_id: str) -> None:
 
 def _answer_in(r: RankFile, start: int, request_id: str) -> Answer | None:
     """The rank's answer to the request, if its file holds it past `start`."""
+    from .read import from_glog, from_json
+
     try:
         with open(r.path, "rb") as f:
             f.seek(start)

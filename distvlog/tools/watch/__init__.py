@@ -19,19 +19,29 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from ...format import dumps
-from ..diff import Finding, as_dict, line
 from ..stacks import add_run_argument, resolve
-from ._hang import Hang, text
-from ._live import Watch
-from ._stop import VERDICT
 
+# `distvlog launch` adds the watch's options to its own: the checks are imported only when a watch runs.
 __all__ = ["VERDICT", "Hang", "Watch", "add_arguments", "register", "run", "watch"]
 
 
-def _printer(as_json: bool) -> Callable[[Finding, bool, bool], None]:
-    def emit(finding: Finding, error: bool, live: bool) -> None:
+def __getattr__(name: str) -> Any:
+    """`Hang`, `Watch` and `VERDICT` from their modules, imported on first use (PEP 562)."""
+    if name in ("Hang", "Watch", "VERDICT"):
+        from . import _hang, _live, _stop
+
+        return {"Hang": _hang.Hang, "Watch": _live.Watch, "VERDICT": _stop.VERDICT}[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _printer(as_json: bool) -> Callable[[Any, bool, bool], None]:
+    from ...format import dumps
+    from ..diff import as_dict, line
+    from ._hang import Hang, text
+
+    def emit(finding: Any, error: bool, live: bool) -> None:
         if as_json:
             out = dumps({**as_dict(finding), "error": error, "live": live}).decode()
         elif isinstance(finding, Hang):
@@ -59,6 +69,8 @@ def watch(
 ) -> int:
     """Watch the job writing into `run_dir` until it has ended (`job_ended()`: the launcher's word): 0, or 1
     when an error was found."""
+    from ._live import Watch
+
     _say(f"watching {run_dir}")
     live = Watch(
         run_dir,
