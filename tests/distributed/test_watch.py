@@ -137,7 +137,8 @@ def test_a_pause_in_python_on_every_rank_is_a_note(tmp_path):
 
 def test_stacks_of_a_live_job_with_ranks_blocked_in_an_allreduce(tmp_path):
     """Ranks 0-2 wait in an allreduce rank 3 has not entered (it sleeps in Python): `stacks` groups them,
-    says where each group's main thread is and in what state, and the job goes on afterwards."""
+    says where each group's main thread is and in what state, and the job goes on afterwards. A request
+    written without a signal (from another host) is answered too, by the ranks' polling thread."""
     gate = tmp_path / "gate"
     job = cli(tmp_path, "launch", "-n", "4", JOBS, "blocked", str(gate))
     run_dir = live_run_dir(tmp_path / "logs", 4)
@@ -145,6 +146,10 @@ def test_stacks_of_a_live_job_with_ranks_blocked_in_an_allreduce(tmp_path):
     while sum("ready" in p.read_text() for p in run_dir.glob("rank-*.log")) < 4 and time.monotonic() < deadline:
         time.sleep(0.2)
     code, out, err = finish(cli(tmp_path, "stacks", str(run_dir)))
+    (run_dir / "stacks.request").write_text("from-another-host-1\n")  # no signal: as a requester elsewhere asks
+    while sum("request=from-another-host-1" in p.read_text() for p in run_dir.glob("rank-*.log")) < 4:
+        assert time.monotonic() < deadline, "the ranks did not notice a request without a signal"
+        time.sleep(0.2)
     gate.touch()
     assert finish(job)[0] == 0
     assert code == 0, out + err
