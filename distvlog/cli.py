@@ -1,4 +1,4 @@
-"""The `distvlog` command: `launch`, `merge`, `trace`, `diff`, `report`.
+"""The `distvlog` command: `launch`, `merge`, `trace`, `diff`, `report`, `watch`, `stacks`.
 
 Each command lives in its own module, which provides `register(subparsers)`; the parser it adds sets
 `run=<function(args) -> int>`. Bad input raises `InputError`: one line on stderr, exit code 2.
@@ -22,6 +22,8 @@ COMMANDS = {
     "trace": "distvlog.tools.trace",
     "diff": "distvlog.tools.diff",
     "report": "distvlog.tools.report",
+    "watch": "distvlog.tools.watch",
+    "stacks": "distvlog.tools.stacks",
 }
 
 

@@ -137,6 +137,11 @@ written from it alone reads every file distvlog writes.
         api + `=` * 26 with the titles RUNNING_AD_API, RUNNING_CPP_API, FINISH_CPP_API, FINISH_AD_API;
         `<node>(0x..) ` + FOUND_PENDING + `: <next>(0x..)`; GRAD_STATS with the fields node, slot, norm,
         nan, inf (and site, step, pass, shape, dtype; min, max, mean, checksum at level 6);
+      - STACKS_ANSWER, a rank's answer to a request for its stacks (`distvlog stacks`, `distvlog watch`:
+        a file STACKS_REQUEST in the run directory holding the request's id, and on the rank's host
+        STACKS_WAKE_SIGNAL): an I record with the fields `request` (the id) and `state` (`blocked in C` or
+        `running Python`: where the main thread was), every thread's Python stack as continuation lines,
+        each thread's under a line `thread NAME:`, the main thread's first, most recent call last;
       - the engine's BACKWARD_BEGIN and BACKWARD_END (field pass), DataParallel's ALLREDUCE_BEGIN,
         ALLREDUCE_END (step, bucket, checksum) and ALLREDUCE_PARAM (param, checksum).
 
@@ -173,6 +178,7 @@ import contextlib
 import json
 import operator
 import re
+import signal
 import time
 from collections.abc import Collection, Iterable
 from typing import Any, NamedTuple
@@ -227,6 +233,13 @@ BLOCKED_IN_C = " arrived while the main thread was blocked in C"
 IN_PYTHON = " arrived while the main thread was running Python"
 # The stacks of every thread when a signal arrived, taken without the interpreter lock (2.8): a W record.
 STACKS = " arrived; the Python stack of every thread (faulthandler, most recent call first, main thread last)"
+# Every thread's stack on request (4): the answer's message, the request file, the signal that wakes a rank
+# on the requester's host (its default action is none: a process that does not answer is not hurt).
+STACKS_ANSWER = "the Python stack of every thread, as asked"
+STACKS_REQUEST = "stacks.request"
+STACKS_WAKE_SIGNAL = signal.SIGURG
+STACKS_STATE, STACKS_ID = "state", "request"
+STATE_BLOCKED, STATE_PYTHON = "blocked in C", "running Python"
 # The backward engine and its node log (Paddle's texts), DataParallel, the gradient statistics.
 BEGIN_RUN = "begin run"  # "<node>(0x..) begin run"
 FOUND_PENDING = "Found pending node"  # "<node>(0x..) Found pending node: <next>(0x..)"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -158,6 +159,11 @@ def _rank_env(run_id: str, root: Path, n: int, local: bool) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise InputError(f"-n {args.n}: need at least one rank")
+    if args.watch and args.follow:
+        raise InputError("--watch and --follow: choose one (both take the terminal)")
+    for option, given in (("--stop-on-error", args.stop_on_error), ("--hang-after", args.hang_after is not None)):
+        if given and not args.watch:
+            raise InputError(f"{option}: needs --watch")
     script = Path(args.script)
     if not script.is_file():
         raise InputError(f"script {script}: {'a directory' if script.is_dir() else 'no such file'}")
@@ -180,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     )
     started = time.time()
     run_dir = root / run_id
-    if not args.follow:
+    if not (args.follow or args.watch):
         proc = subprocess.Popen(cmd, env={**os.environ, **env}, **stop.LAUNCHER_SESSION)
         code, stopped = _wait(proc, run_dir, args)
         return _status(stopped, report.after_run(run_dir, args.n, code, started))
@@ -191,7 +197,9 @@ def run(args: argparse.Namespace) -> int:
         proc = subprocess.Popen(
             cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, **stop.LAUNCHER_SESSION
         )
-    code, stopped = _wait(proc, run_dir, args, lambda: _follow(run_dir, proc))
+    code, stopped = _wait(
+        proc, run_dir, args, lambda: _watch(run_dir, proc, args) if args.watch else _follow(run_dir, proc)
+    )
     print(f"distvlog launch: the ranks' output: {output}", file=sys.stderr, flush=True)
     return _status(stopped, report.after_run(run_dir, args.n, code, started))
 
@@ -208,6 +216,19 @@ def _follow(run_dir: Path, proc: subprocess.Popen) -> None:
 
     args = build_parser().parse_args(["merge", "--follow", str(run_dir), "--idle", "inf"])
     follow(args, stop=lambda: proc.poll() is not None)
+
+
+def _watch(run_dir: Path, proc: subprocess.Popen, args: argparse.Namespace) -> None:
+    """`distvlog watch RUN_DIR` until the job has exited; --stop-on-error stops it through the launcher."""
+    from ..tools.watch import watch
+
+    watch(
+        run_dir,
+        stop_on_error=args.stop_on_error,
+        hang_after=args.hang_after,
+        launcher_stop=lambda: proc.send_signal(signal.SIGTERM),
+        job_ended=lambda: proc.poll() is not None,
+    )
 
 
 def _check_writable(root: Path, given: str | None) -> None:
@@ -266,6 +287,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=stop.seconds_argument,
         help="stop the job once no rank wrote to its log for S seconds (a hang), as --timeout does",
     )
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help=f"print diff's verdicts live while the job runs (`distvlog watch`); the ranks' own output goes to "
+        f"{OUTPUT_NAME} in the run directory",
+    )
+    from ..tools.watch import add_arguments as add_watch_arguments
+
+    add_watch_arguments(p)
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(run=run)

@@ -9,7 +9,7 @@ that skips work below it without a call."""
 
 from __future__ import annotations
 
-from . import _lifecycle
+from . import _lifecycle, _stacks
 from . import _rules as vlog_rules  # `vlog_rules.ceiling`: the highest level any rule in force allows
 from ._clock import now_us
 from ._env import LAUNCHER_VARS, SETTINGS_SAID
@@ -35,6 +35,7 @@ from ._sink import SINK, append_record, content_size, trim_if_writer_gone, trim_
 from ._stdlib import capture_stdlib
 
 _lifecycle.install()
+_stacks.install()
 
 
 def flush() -> None:

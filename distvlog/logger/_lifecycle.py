@@ -234,6 +234,7 @@ _PROMPT_S = 0.2  # a main thread that runs Python handles a signal sooner than t
 _HOLD_S = 5 * _PROMPT_S  # how long a rank that a signal ends in Python outlives it (see _Handler._end)
 _watcher_pipe: tuple[int, int] | None = None  # (read, write) ends, while the write end is Python's wakeup fd
 _watcher_pid: int | None = None
+WAKE_ON: dict[int, Any] = {}  # signal -> what else it wakes (a thread of the logger's own: _stacks)
 
 
 def _start_signal_watcher() -> None:
@@ -259,6 +260,8 @@ def _watch_signals(fd: int) -> None:
             signals = set(os.read(fd, 64))  # (one look per signal, however often it came)
         except OSError:
             return
+        for signum in signals & WAKE_ON.keys():
+            WAKE_ON[signum]()
         for signum in signals & {*_CAUGHT, *_DEFAULT_DEATHS}:
             handler = signal.getsignal(signum)
             if not isinstance(handler, _Handler):  # replaced by the user's own: theirs to act

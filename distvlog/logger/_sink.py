@@ -601,8 +601,9 @@ class SignalsHeld:
             self._sink._redeliver()
 
 
-def _own_record(renderer: Any, method: str, event: str, fields: dict[str, Any]) -> bytes:
-    """A record of the logger's own (at `distvlog:0`), rendered without the processor chain."""
+def _own_record(renderer: Any, method: str, event: str, fields: dict[str, Any], rank: int | None = None) -> bytes:
+    """A record of the logger's own (at `distvlog:0`), rendered without the processor chain; as this process's
+    rank's, or `rank`'s."""
     ident = IDENTITY
     return renderer(
         None,
@@ -612,7 +613,7 @@ def _own_record(renderer: Any, method: str, event: str, fields: dict[str, Any]) 
             **fields,
             _format.TS: now_us(),
             _format.SEVERITY: _SEVERITY[method],
-            _format.RANK: ident.rank,
+            _format.RANK: ident.rank if rank is None else rank,
             _format.WORLD_SIZE: ident.world_size,
             _format.TID: threading.get_native_id(),
             _format.FILE: _format.OWN_FILE,
@@ -621,13 +622,14 @@ def _own_record(renderer: Any, method: str, event: str, fields: dict[str, Any]) 
     )
 
 
-def append_record(path: Path, method: str, event: str, **fields: Any) -> None:
+def append_record(path: Path, method: str, event: str, *, rank: int | None = None, **fields: Any) -> None:
     """Append one record of the logger's own to another process's rank file (`path`, whose format its
     suffix tells), in one write: for the process that ran a rank, once that rank has died, or (the stacks a
     signal asked for) while it lives: then past its reserve, on a line of its own, and the rank's trim (at
-    its exit, or `trim_reserve` after its death) brings the record up to the end of its records."""
+    its exit, or `trim_reserve` after its death) brings the record up to the end of its records. `rank`: the
+    file's rank, for a process that is not that rank's (`distvlog watch`)."""
     fmt = "jsonl" if path.suffix == _format.SUFFIXES["jsonl"] else "glog"
-    data = _own_record(_render.RENDERERS[fmt](), method, event, fields)
+    data = _own_record(_render.RENDERERS[fmt](), method, event, fields, rank)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
     try:
         with _appends_held(fd):

@@ -44,3 +44,34 @@ def launch_train(tmp: Path, n: int, *args: str) -> Path:
     )
     assert proc.returncode == 0, proc.stderr
     return run_dir_of(proc)
+
+
+LIVE_GUARD_S = 300  # against hangs of a broken test only: never a limit on how fast anything must be
+
+
+def live_run_dir(logs: Path, ranks: int) -> Path:
+    """The run directory of the job writing under the log root `logs`, once its `ranks` rank files are there."""
+    import time
+
+    deadline = time.monotonic() + LIVE_GUARD_S
+    while time.monotonic() < deadline:
+        for run in logs.glob("*-*"):
+            if run.is_dir() and len(list(run.glob("rank-*.log"))) == ranks:
+                return run
+        time.sleep(0.2)
+    raise AssertionError(f"no job wrote {ranks} rank files under {logs}")
+
+
+def finish(proc) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of a started process (text pipes, a session of its own), killed with
+    everything it started if it outlives LIVE_GUARD_S."""
+    import os
+    import signal
+    import subprocess
+
+    try:
+        out, err = proc.communicate(timeout=LIVE_GUARD_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    return proc.returncode, out, err

@@ -29,18 +29,21 @@ from ._against import add_arguments as add_run_against_arguments
 from ._against import run_against, runs_of, two_runs
 from ._departure import RunsReport, analyse_runs
 from ._findings import Finding
-from ._logs import Logs, error_text, load
-from ._render import as_json, as_text, context_text, line
+from ._logs import WANTED, Loader, Logs, error_text, load
+from ._render import as_dict, as_json, as_text, context_text, line
 from ._report import Report, analyse
 from ._runs_render import as_text as runs_text
 
 __all__ = [
+    "WANTED",
     "Finding",
+    "Loader",
     "Logs",
     "Report",
     "RunsReport",
     "analyse",
     "analyse_runs",
+    "as_dict",
     "error_text",
     "load",
     "line",

@@ -17,11 +17,12 @@ from ..read import Record, Warn, after_reading, ignore, open_sources, read_recor
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
 SIGNAL_MARKS = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
 _DP_EVENTS = (fmt.ALLREDUCE_BEGIN, fmt.ALLREDUCE_END, fmt.ALLREDUCE_PARAM, fmt.PARAMETER_LAYOUT, fmt.PARAMETERS)
-_WANTED = re.compile(
+# The I records diff reads (W, E and F records it reads all), in glog text.
+WANTED = re.compile(
     b"|".join(p.pattern for p in (fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS), fmt.texts_pattern(*SIGNAL_MARKS))),
     re.M,
 )
-_WANTED_WITH_LOSS = re.compile(_WANTED.pattern + b"|" + fmt.field_pattern(fmt.LOSS).pattern, re.M)
+_WANTED_WITH_LOSS = re.compile(WANTED.pattern + b"|" + fmt.field_pattern(fmt.LOSS).pattern, re.M)
 _COUNTER = re.compile(r"\d+(?=GradNode$)")
 
 
@@ -101,11 +102,32 @@ class RankLogs:
     failures: list[Failure] = field(default_factory=list)
     signalled: Signalled | None = None
 
+    def before(self, step: int) -> RankLogs:
+        return RankLogs(
+            stats=[s for s in self.stats if s.step < step],
+            collectives=[c for c in self.collectives if c.step < step],
+            digests={s: d for s, d in self.digests.items() if s < step},
+            final_step=self.final_step if self.final_step is not None and self.final_step < step else None,
+            step_ts={s: ts for s, ts in self.step_ts.items() if s < step},
+            losses={s: loss for s, loss in self.losses.items() if s < step},
+            names=self.names,
+            buckets=self.buckets,
+            last_step=min(self.last_step, step - 1),
+            failures=[f for f in self.failures if f.step is not None and f.step < step],
+        )
+
 
 @dataclass
 class Logs:
     ranks: dict[int, RankLogs] = field(default_factory=lambda: defaultdict(RankLogs))
     step_source: str = "step"  # or "logged backward pass": no DataParallel step in the grad_stats
+
+    def before(self, step: int) -> Logs:
+        """What the logs hold of the steps before `step` (a live run's steps that every rank has finished:
+        the checks find in them what they will find once the run has ended)."""
+        return Logs(
+            defaultdict(RankLogs, {rank: mine.before(step) for rank, mine in self.ranks.items()}), self.step_source
+        )
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -129,15 +151,39 @@ def _list(value: Any) -> list:
 def load(paths: list[str], warn: Warn = ignore, *, losses: bool = False) -> Logs:
     """The records `diff` needs, from every file PATH names; with `losses`, the `loss` fields too (what
     compares two runs; the checks within a run do not read them)."""
-    logs = Logs()
+    loader = Loader()
     sources = open_sources(paths, warn=warn)
     for source in sources:
         if source.rank is not None:
-            logs.ranks[source.rank]  # a rank whose file holds nothing diff reads is still a rank of the run
-    runs: dict[tuple, int] = {}
-    passes: dict[int, dict[Any, int]] = defaultdict(dict)  # rank -> pass id -> its number among those logged
-    open_collectives: dict[tuple, Collective] = {}
-    for rec in read_records(sources, where=_WANTED_WITH_LOSS if losses else _WANTED, severities="WEF"):
+            loader.logs.ranks[source.rank]  # a rank whose file holds nothing diff reads is still a rank of the run
+    for rec in read_records(sources, where=_WANTED_WITH_LOSS if losses else WANTED, severities="WEF"):
+        loader.feed(rec)
+    after_reading(sources, warn)
+    if not loader.any():
+        raise InputError(
+            f"{' '.join(paths)}: no gradient statistics (grad_stats, written at verbosity 5: "
+            "backward_vlog_guard(5) or DISTVLOG_V=5), no DataParallel records (module parallel at verbosity "
+            ">= 1) and no errors"
+        )
+    return loader.logs
+
+
+class Loader:
+    """`Logs` built record by record, in each rank's file order: from a finished run (`load`) or a live one
+    (`distvlog watch`). Records diff does not read may be fed: they are passed over."""
+
+    def __init__(self) -> None:
+        self.logs = Logs()
+        self._runs: dict[tuple, int] = {}
+        self._passes: dict[int, dict[Any, int]] = defaultdict(dict)  # rank -> pass id -> its number among those logged
+        self._open: dict[tuple, Collective] = {}
+
+    def any(self) -> bool:
+        """Whether anything diff reads was fed."""
+        return any(r.stats or r.collectives or r.digests or r.failures for r in self.logs.ranks.values())
+
+    def feed(self, rec: Record) -> None:
+        logs = self.logs
         mine = logs.ranks[rec.rank]  # (a merged timeline holds several ranks behind one header)
         first = rec.event.partition("\n")[0]
         if rec.severity in "EF":
@@ -145,12 +191,12 @@ def load(paths: list[str], warn: Warn = ignore, *, losses: bool = False) -> Logs
         elif rec.severity == "W":
             _signal(mine, rec, first)
         elif first == fmt.GRAD_STATS:
-            step = _stat_step(logs, rec, passes)
-            run = runs.setdefault((rec.rank, rec.fields.get("node"), rec.fields.get("pass")), len(runs))
+            step = _stat_step(logs, rec, self._passes)
+            run = self._runs.setdefault((rec.rank, rec.fields.get("node"), rec.fields.get("pass")), len(self._runs))
             mine.stats.append(_stat(rec, step, run))
             mine.last_step = max(mine.last_step, step)
         elif first in (fmt.ALLREDUCE_BEGIN, fmt.ALLREDUCE_END, fmt.ALLREDUCE_PARAM):
-            _collective(mine, rec, first, open_collectives)
+            _collective(mine, rec, first, self._open)
         elif first == fmt.PARAMETERS:
             _parameters(mine, rec)
         elif first == fmt.PARAMETER_LAYOUT:
@@ -158,14 +204,6 @@ def load(paths: list[str], warn: Warn = ignore, *, losses: bool = False) -> Logs
             mine.buckets = [[i for i in b if isinstance(i, int)] for b in _list(rec.fields.get("buckets"))]
         elif fmt.LOSS in rec.fields:
             _loss(mine, rec)
-    after_reading(sources, warn)
-    if not any(r.stats or r.collectives or r.digests or r.failures for r in logs.ranks.values()):
-        raise InputError(
-            f"{' '.join(paths)}: no gradient statistics (grad_stats, written at verbosity 5: "
-            "backward_vlog_guard(5) or DISTVLOG_V=5), no DataParallel records (module parallel at verbosity "
-            ">= 1) and no errors"
-        )
-    return logs
 
 
 def _stat_step(logs: Logs, rec: Record, passes: dict[int, dict[Any, int]]) -> int:

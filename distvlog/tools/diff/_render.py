@@ -39,18 +39,20 @@ def kind(finding: Finding) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", type(finding).__name__).lower()
 
 
-def as_json(report: Report) -> bytes:
-    def finding(f: Finding) -> dict[str, Any]:
-        return {"kind": kind(f), **dataclasses.asdict(f)}
+def as_dict(f: Finding) -> dict[str, Any]:
+    """A finding for JSON: its kind and its fields."""
+    return {"kind": kind(f), **dataclasses.asdict(f)}
 
+
+def as_json(report: Report) -> bytes:
     return dumps(
         {
             "ranks": report.ranks,
             "aligned_by": report.steps_from,
             "counts": report.counts,
             "exit_code": report.exit_code,
-            "errors": [finding(f) for f in report.errors],
-            "notes": [finding(f) for f in report.notes],
+            "errors": [as_dict(f) for f in report.errors],
+            "notes": [as_dict(f) for f in report.notes],
             "not_checked": [{"checks": checks, "why": why} for checks, why in report.not_checked],
             "largest": report.largest,
         }

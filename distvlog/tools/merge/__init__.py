@@ -44,7 +44,7 @@ READ_AHEAD_MIN_BYTES = 1 << 20
 # of the next), so an input's block is this budget shared out, within the bounds below.
 BLOCKS_BUDGET = 32 << 20
 MIN_BLOCK, MAX_BLOCK = 32 << 10, 4 << 20
-__all__ = ["collapsed", "context", "follow", "register", "run", "summary"]
+__all__ = ["Follow", "alive", "collapsed", "context", "follow", "register", "resolve_run", "run", "summary"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -100,11 +100,12 @@ def _seconds(text: str) -> float:
 
 
 def __getattr__(name: str) -> Any:
-    """`follow` (the launcher's `launch --follow`) from its module, imported on first use (PEP 562)."""
-    if name == "follow":
-        from ._follow import follow
+    """`follow` (the launcher's `launch --follow`), `Follow`, `resolve_run` and `alive` (`distvlog watch` and
+    `stacks`) from their module, imported on first use (PEP 562)."""
+    if name in ("follow", "Follow", "resolve_run", "alive"):
+        from . import _follow
 
-        return follow
+        return getattr(_follow, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -287,7 +287,7 @@ class _Tail:
         if self.done or self.meta is None or self.meta.get("host") != _HOST:
             return False
         pid = self.meta.get("pid")
-        if type(pid) is not int or _alive(pid):
+        if type(pid) is not int or alive(pid):
             self._missing_since = None
             return False
         if self._missing_since is None:
@@ -309,7 +309,7 @@ class _Tail:
             self.fd = -1
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether pid runs (a zombie does not: it has exited and waits for its parent)."""
     try:
         os.kill(pid, 0)
@@ -330,9 +330,11 @@ class Follow:
     def __init__(
         self,
         run_dir: Path,
-        write: Callable[[bytes], None],
-        select: _filters.Select,
+        write: Callable[[bytes], None] | None,
+        select: _filters.Select | None,
         *,
+        take: Callable[[list[Record]], None] | None = None,
+        wanted: re.Pattern[bytes] | None = None,
         jsonl: bool = False,
         collapse: bool = False,
         delay_s: float = 1.0,
@@ -340,7 +342,10 @@ class Follow:
         stop: Callable[[], bool] | None = None,
         say: Say,
     ) -> None:
-        self.run_dir, self.write, self.select, self.jsonl = run_dir, write, select, jsonl
+        # `take`, instead of `write` and `select`: the records themselves, as read (`distvlog watch`); with
+        # `wanted`, only W, E and F records and those whose glog text it finds (the others are not decoded)
+        self.run_dir, self.write, self.select, self.jsonl, self.take = run_dir, write, select, jsonl, take
+        self.wanted = wanted
         self.delay_s, self.idle_s, self.stop, self.say = delay_s, idle_s, stop, say
         self.tails: dict[str, _Tail] = {}
         self.arrivals: deque[tuple[float, int]] = deque()  # (when read, newest time read then)
@@ -423,7 +428,15 @@ class Follow:
         return min(cut, *behind) if behind else cut
 
     def _release(self, cut: int) -> None:
-        """Write the queued records up to time `cut`, in order: time, then rank (file), then file order."""
+        """Write the queued records up to time `cut`, in order: time, then rank (file), then file order.
+        With `take`: every queued record at once, each file's in file order."""
+        if self.take is not None:
+            for tail in sorted((t for t in self.tails.values() if t.queue_ts), key=lambda t: t.order):
+                ts, _, texts, objs = tail.take(ALWAYS)
+                batch = _Batch(ts, [tail] * len(ts), texts, objs or [None] * len(ts))
+                kept = range(len(batch)) if self.wanted is None else np.flatnonzero(_wanted(batch, self.wanted))
+                self.take([batch.record(i) for i in kept])
+            return
         tails = sorted((t for t in self.tails.values() if t.queue_ts), key=lambda t: t.order)
         taken = [(tail, got) for tail in tails if len((got := tail.take(cut))[0])]
         if not taken:
@@ -579,6 +592,11 @@ def _stamped(texts: list[bytes], stamps: np.ndarray) -> tuple[bytes, list[int], 
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     restamp(data, starts, stamps)
     return data.tobytes(), starts.tolist(), lengths.tolist()
+
+
+def _wanted(batch: _Batch, pattern: re.Pattern[bytes]) -> np.ndarray:
+    """W, E and F records, and those `pattern` finds."""
+    return (batch.severity != ord("I")) | batch.matching(pattern)
 
 
 def _gather(parts: list[list], which: np.ndarray, order: np.ndarray) -> list:

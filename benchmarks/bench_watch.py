@@ -1,0 +1,130 @@
+"""How soon `distvlog watch` gives its verdict after the record that proves it, on real ranks.
+
+Each case runs `distvlog launch -n N launch/train.py` with a fault planted and `distvlog watch --json` beside
+it, and notes when each verdict line arrives (this machine's clock, which the ranks on it share):
+- NaN: from the NaN rank's grad_stats record (the verdict's `ts`) to the verdict;
+- desync: from the record that proves it, the last rank's start of the step after the differing one (a
+  step is judged once every rank has gone past it) to the verdict;
+- hang (one allreduce fewer, --hang-after H): from the last record any rank wrote before the verdict, less H,
+  to the verdict (the stacks request is most of it).
+Then what a user has today: PyTorch's collective timeout (its watchdog: 10 min for NCCL, 30 for gloo, by
+default) before anything is said, and `distvlog diff` after the job was stopped (its run time).
+The stacks handler's cost on a step: one stat() of the request file per second per rank, timed here.
+
+    python benchmarks/bench_watch.py [--ranks 4] [--steps 30] [--hang-after 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = str(REPO / "launch" / "train.py")
+NCCL_TIMEOUT_S, GLOO_TIMEOUT_S = 600, 1800
+
+
+def _env(logs: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTVLOG_", "GLOG_"))}
+    return {**env, "PYTHONPATH": str(REPO), "DISTVLOG_LOG_DIR": str(logs)}
+
+
+def _run_dir(logs: Path, ranks: int) -> Path:
+    while True:
+        for run in logs.glob("*-*"):
+            if run.is_dir() and len(list(run.glob("rank-*.log"))) == ranks:
+                return run
+        time.sleep(0.05)
+
+
+def watched(tmp: Path, ranks: int, steps: int, fault: list[str], watch_args: list[str]) -> tuple[Path, list]:
+    """(run dir, [(arrival time, verdict)]) of train.py with `fault`, watched until the job has ended."""
+    logs = tmp / f"logs-{len(list(tmp.iterdir()))}"
+    cmd = [sys.executable, "-m", "distvlog"]
+    job = subprocess.Popen(
+        [*cmd, "launch", "-n", str(ranks), TRAIN, "--data", "synthetic", "--steps", str(steps), *fault],
+        env=_env(logs),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    run_dir = _run_dir(logs, ranks)
+    watch = subprocess.Popen(
+        [*cmd, "watch", "--json", *watch_args, str(run_dir)], env=_env(logs), stdout=subprocess.PIPE, text=True
+    )
+    found = [(time.time(), json.loads(line)) for line in watch.stdout]
+    watch.wait()
+    job.wait()
+    return run_dir, found
+
+
+def _logs(run_dir: Path):
+    sys.path.insert(0, str(REPO))
+    from distvlog.tools.diff import load
+
+    return load([str(run_dir)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--hang-after", type=float, default=3.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        nan = ["--inject-nan-rank", "1", "--inject-nan-step", str(args.steps // 2)]
+        _, found = watched(tmp, args.ranks, args.steps, nan, [])
+        at, v = next((t, v) for t, v in found if v["kind"] == "nan_origin")
+        print(f"NaN:    verdict {at - v['ts'] / 1e6:6.2f} s after the NaN rank's record (live: {v['live']})")
+
+        graph = ["--inject-graph-rank", "1", "--inject-graph-step", str(args.steps // 2)]
+        run_dir, found = watched(tmp, args.ranks, args.steps, graph, [])
+        at, v = next((t, v) for t, v in found if v["kind"] == "desync")
+        proof = max(mine.step_ts[v["step"] + 1] for mine in _logs(run_dir).ranks.values()) / 1e6
+        print(f"desync: verdict {at - proof:6.2f} s after the record that proves it (live: {v['live']})")
+
+        skip = ["--inject-skip-allreduce-rank", "1", "--inject-skip-allreduce-step", "3"]
+        started = time.time()
+        run_dir, found = watched(
+            tmp, args.ranks, args.steps, skip, ["--stop-on-error", "--hang-after", str(args.hang_after)]
+        )
+        at, v = next((t, v) for t, v in found if v["kind"] == "hang")
+        logs = _logs(run_dir)
+        last = max(
+            max([s.ts for s in mine.stats] + [c.begun_ts for c in mine.collectives] + list(mine.step_ts.values()))
+            for mine in logs.ranks.values()
+        )
+        print(
+            f"hang:   verdict {at - last / 1e6 - args.hang_after:6.2f} s past the threshold ({args.hang_after:g} s "
+            f"after the last record); job run and stopped in {time.time() - started:.1f} s"
+        )
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "distvlog", "diff", str(run_dir)], env=_env(tmp), capture_output=True)
+        print(
+            f"today:  nothing until PyTorch's timeout ({NCCL_TIMEOUT_S} s NCCL, {GLOO_TIMEOUT_S} s gloo), then "
+            f"`distvlog diff` after the kill: {time.perf_counter() - t0:.2f} s"
+        )
+    request = tmp_stat_cost()
+    print(f"stacks handler: one stat() a second per rank: {request * 1e6:.1f} µs/s ({request * 100:.5f}% of a core)")
+
+
+def tmp_stat_cost() -> float:
+    """Seconds one stat() of a missing request file takes (the handler's whole cost while no one asks)."""
+    path = Path(tempfile.gettempdir()) / "distvlog-bench-no-such-request"
+    n = 100_000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        with contextlib.suppress(OSError):
+            os.stat(path)
+    return (time.perf_counter() - t0) / n
+
+
+if __name__ == "__main__":
+    main()
