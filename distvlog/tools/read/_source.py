@@ -12,7 +12,7 @@ import numpy as np
 
 from ... import format as fmt
 from ...errors import InputError
-from . import _header, _jsonl, _runs
+from . import _evidence, _header, _jsonl, _runs
 from ._arena import SLOT_BYTES, Slot, plain_alloc
 from ._block import Block, Counts
 from ._bytes import restamp
@@ -37,7 +37,13 @@ class Source:
 
     def __init__(self, file: InputFile, order: int, rank_of: dict[str, int], clock_correction: bool) -> None:
         self.file, self.path, self.order = file, file.path, order
-        self.stream = open_input(file)
+        self.notes: list[str] = []  # what to warn about once the inputs are open
+        if file.reader:
+            explicit = rank_given(rank_of, file.path)
+            rank = explicit if explicit is not None else file.name_rank
+            self.stream, self.notes = _evidence.convert(file.path, file.reader, rank)
+        else:
+            self.stream = open_input(file)
         self.size = self.stream.size
         self.counts = Counts()
         self._stream_done = self._done = False
@@ -124,7 +130,7 @@ class Source:
             self._calendar = Calendar(int(created[1]), int(created[2])) if created else None
         else:
             text = data[:n].tobytes()
-            tag = fmt.RANK_TAG_PATTERN.search(text) or NCCL_RANK.search(text)
+            tag = fmt.RANK_TAG_PATTERN.search(text) or (NCCL_RANK.search(text) if self.file.name_rank is None else None)
             default = int(tag.group(1)) if tag else self.file.name_rank
             self._rank_rule = RankRule(explicit, default)
             self.rank = explicit if explicit is not None else default
@@ -248,10 +254,13 @@ def open_sources(
     ours = sorted((s for s in sources if s.meta), key=lambda s: s.rank)
     zone = ours[0].utc_offset_s if ours else time.localtime().tm_gmtoff
     by_path = {s.path.resolve(): s for s in sources}
+    by_rank = {s.rank: s for s in ours}
     for source in sources:
         if source.utc_offset_s is None:
             source.utc_offset_s = zone
         parent = by_path.get(source.file.child_of.resolve()) if source.file.child_of else None
+        if parent is None and source.file.reader and clock_correction:
+            parent = by_rank.get(source.rank)  # evidence of a rank ran on its host: our file's clock offset fits it
         if parent is not None and parent.clock:
             source.clock = parent.clock
     sources.sort(key=lambda s: (s.rank if s.rank is not None else 1 << 62, s.order))
@@ -279,6 +288,8 @@ def _open_all(files: list[InputFile], rank_of: dict[str, int], clock_correction:
             )
         for text in unusable:
             warn(f"{text}; skipping it")
+        for note in dict.fromkeys(note for source in sources for note in source.notes):
+            warn(note)
         _runs.check(sources, warn)
     except BaseException:
         for source in sources:
