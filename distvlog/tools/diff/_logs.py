@@ -12,11 +12,29 @@ from typing import Any
 
 from ... import format as fmt
 from ...errors import InputError
-from ..read import Record, Warn, after_reading, ignore, open_sources, read_records
+from ..read import (
+    FR_DUMP,
+    FR_ENQUEUED,
+    FR_EVENTS,
+    FR_STARTED,
+    Record,
+    Warn,
+    after_reading,
+    ignore,
+    open_sources,
+    read_records,
+)
 
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
 SIGNAL_MARKS = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
-_DP_EVENTS = (fmt.ALLREDUCE_BEGIN, fmt.ALLREDUCE_END, fmt.ALLREDUCE_PARAM, fmt.PARAMETER_LAYOUT, fmt.PARAMETERS)
+_DP_EVENTS = (
+    fmt.ALLREDUCE_BEGIN,
+    fmt.ALLREDUCE_END,
+    fmt.ALLREDUCE_PARAM,
+    fmt.PARAMETER_LAYOUT,
+    fmt.PARAMETERS,
+    *FR_EVENTS,
+)
 _WANTED = re.compile(
     b"|".join(p.pattern for p in (fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS), fmt.texts_pattern(*SIGNAL_MARKS))),
     re.M,
@@ -85,6 +103,24 @@ class Signalled:
     where: str  # file:line
 
 
+@dataclass(slots=True)
+class FrEntry:
+    """One collective in a rank's Flight Recorder dump (times in epoch µs; None: not known)."""
+
+    pg: str
+    seq: int
+    op: str
+    sizes: Any
+    dtypes: Any
+    state: str
+    created: int
+    site: str  # file:line of the Python frame that issued it
+    timeout_ms: int | None
+    p2p: bool = False
+    started: int | None = None
+    completed: int | None = None
+
+
 @dataclass
 class RankLogs:
     stats: list[Stat] = field(default_factory=list)  # in file order
@@ -97,6 +133,8 @@ class RankLogs:
     last_step: int = -1  # the last step its step-numbered records reach
     failures: list[Failure] = field(default_factory=list)
     signalled: Signalled | None = None
+    flight: list[FrEntry] = field(default_factory=list)  # its Flight Recorder entries, oldest first
+    dump: dict[str, Any] | None = None  # its Flight Recorder dump's own record (fields)
 
 
 @dataclass
@@ -149,15 +187,17 @@ def load(paths: list[str], warn: Warn = ignore) -> Logs:
             _collective(mine, rec, first, open_collectives)
         elif first == fmt.PARAMETERS:
             _parameters(mine, rec)
+        elif first in FR_EVENTS:
+            _flight(mine, rec, first)
         elif first == fmt.PARAMETER_LAYOUT:
             mine.names = [str(n) for n in _list(rec.fields.get("names"))]
             mine.buckets = [[i for i in b if isinstance(i, int)] for b in _list(rec.fields.get("buckets"))]
     after_reading(sources, warn)
-    if not any(r.stats or r.collectives or r.digests or r.failures for r in logs.ranks.values()):
+    if not any(r.stats or r.collectives or r.digests or r.failures or r.dump for r in logs.ranks.values()):
         raise InputError(
             f"{' '.join(paths)}: no gradient statistics (grad_stats, written at verbosity 5: "
             "backward_vlog_guard(5) or DISTVLOG_V=5), no DataParallel records (module parallel at verbosity "
-            ">= 1) and no errors"
+            ">= 1), no Flight Recorder dump and no errors"
         )
     return logs
 
@@ -211,6 +251,32 @@ def _collective(mine: RankLogs, rec: Record, event: str, open_collectives: dict[
         c.wait_us = wait if isinstance(wait, int) else None
     else:
         c.params[str(f.get("param"))] = str(f.get("checksum"))
+
+
+def _flight(mine: RankLogs, rec: Record, event: str) -> None:
+    f = rec.fields
+    if event == FR_DUMP:
+        mine.dump = f
+        return
+    key = (str(f.get("pg")), _int(f.get("seq"), -1), f.get("p2p") is True)
+    if event == FR_ENQUEUED:
+        timeout = f.get("timeout_ms")
+        entry = FrEntry(
+            *key[:2],
+            str(f.get("op")),
+            f.get("sizes"),
+            f.get("dtypes"),
+            str(f.get("state")),
+            rec.ts,
+            f"{rec.file}:{rec.line}",
+            timeout if isinstance(timeout, int) else None,
+            key[2],
+        )
+        mine.flight.append(entry)
+        return
+    entry = next((e for e in reversed(mine.flight) if (e.pg, e.seq, e.p2p) == key), None)
+    if entry is not None:
+        setattr(entry, "started" if event == FR_STARTED else "completed", rec.ts)
 
 
 def _parameters(mine: RankLogs, rec: Record) -> None:

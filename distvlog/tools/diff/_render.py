@@ -28,6 +28,7 @@ from ._findings import (
     Straggler,
     Unfinished,
 )
+from ._flight import FlightFinding
 from ._report import Report
 
 MAX_LISTED = 10  # lines of one kind in the text (the JSON has them all)
@@ -109,6 +110,11 @@ def _owner(ranks: list[int]) -> str:
 @singledispatch
 def line(finding: Finding) -> str:
     raise TypeError(f"no text for {type(finding).__name__}")
+
+
+@line.register
+def _(f: FlightFinding) -> str:
+    return f.text()
 
 
 @line.register

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from . import _gradients, _parameters, _sequences, _timing
+from . import _flight, _gradients, _parameters, _sequences, _timing
 from ._findings import Failed, Finding
 from ._logs import Logs
 
@@ -79,6 +79,7 @@ def not_checked(logs: Logs) -> list[tuple[list[str], str]]:
 def analyse(logs: Logs) -> Report:
     points = list(_gradients.points(logs))
     straggling, straggler_fraction = _timing.stragglers(logs)
+    flight_errors, flight_notes = _flight.findings(logs)
     errors: list[Finding] = [
         *_gradients.nan_origins(logs),
         *_gradients.explosions(points),
@@ -88,6 +89,7 @@ def analyse(logs: Logs) -> Report:
         *_sequences.result_mismatches(logs),
         *_parameters.parameters_part(logs),
         *_sequences.log_ends(logs),
+        *flight_errors,  # before other failures without a step: the dumps name the cause of a hang
         *failures(logs),
     ]
     errors.sort(key=lambda f: f.order)  # (stable: within a step, in the order of the list above)
@@ -96,6 +98,7 @@ def analyse(logs: Logs) -> Report:
         counts["gradient statistics"] += len(mine.stats)
         counts["allreduces"] += len(mine.collectives)
         counts["parameter digests"] += len(mine.digests)
+        counts["Flight Recorder entries"] += len(mine.flight)
     steps = {s for mine in logs.ranks.values() for s in mine.step_ts} | {
         s.step for mine in logs.ranks.values() for s in mine.stats
     }
@@ -105,7 +108,7 @@ def analyse(logs: Logs) -> Report:
         logs.step_source,
         dict(counts),
         errors,
-        [*_gradients.spike_notes(points), *straggling],
+        [*_gradients.spike_notes(points), *straggling, *flight_notes],
         not_checked(logs),
         {**_gradients.largest(points), "straggler": straggler_fraction},
     )

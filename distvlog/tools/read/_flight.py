@@ -139,6 +139,7 @@ def records(dump: dict[str, Any], cut: bool, rank: int, dumped_us: int) -> list[
             fmt.LINE: 0,
             fmt.EVENT: FR_DUMP,
             "version": str(dump.get("version", "")),
+            "world": world,  # a field too: the reader keeps no record's world_size
             "entries": len(entries),
             "cut": cut,
             "groups": found,

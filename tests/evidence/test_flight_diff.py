@@ -1,0 +1,113 @@
+"""`distvlog diff` on the Flight Recorder dumps of a real torchrun job with planted faults, and beside
+torch's own analyzer (fr_trace) where that one runs."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+VERDICTS = {
+    "skip": "rank 2 is one collective short in group 0: never issued all_reduce #3, which ranks 0,1,3 issued at "
+    "fr_jobs.py:50 and wait in; its #2 came from fr_jobs.py:50, the others' from fr_jobs.py:49",
+    "extra": "rank 1 is one collective ahead in group 0: issued all_reduce #4 at fr_jobs.py:55, which ranks 0,2,3 "
+    "never did; waiting for them",
+    "late": "rank 3 issued all_reduce #2 of group 0 (fr_jobs.py:49) ",
+    "order": "rank 0 used the process groups in another order: waiting at all_reduce #1 of group 1 (fr_jobs.py:42) "
+    "for ranks 1-3, which wait at all_reduce #1 of group 2 (fr_jobs.py:42) for it",
+}
+
+
+@pytest.mark.parametrize("fault", sorted(VERDICTS))
+def test_each_fault_names_its_culprit_first(job, cli, fault):
+    code, out, err = cli("diff", job / "fr" / fault)
+    assert code == 1, out + err
+    assert out.splitlines()[1].startswith(VERDICTS[fault]), out
+
+
+def test_late_rank_is_timed_against_the_timeout(job, cli):
+    code, out, _ = cli("diff", "--json", job / "fr" / "late")
+    (late,) = json.loads(out)["errors"]
+    assert late["kind"] == "fr_late" and late["rank"] == 3 and late["others"] == [0, 1, 2]
+    assert late["late_s"] > late["timeout_s"] == 5
+
+
+def test_healthy_dumps_pass_in_both_forms(job, cli):
+    for form in ("healthy", "healthy-json"):
+        code, out, _ = cli("diff", job / "fr" / form)
+        assert code == 0 and "20 Flight Recorder entries" in out and "no divergence found" in out
+
+
+def test_json_dumps_give_the_same_verdict_without_frames(job, cli):
+    code, out, _ = cli("diff", job / "fr" / "skip-json")
+    assert code == 1 and out.splitlines()[1] == (
+        "rank 2 is one collective short in group 0: never issued all_reduce #3, which ranks 0,1,3 issued and wait in"
+    )
+
+
+def test_the_missing_dump_is_the_culprit(job, tmp_path, cli):
+    """The hung rank often leaves no dump: the others' dumps still say where they stopped. Gloo's dumps do
+    not say what completed: a healthy job's dumps less one read the same way, so the verdict says 'may'."""
+    for rank in (0, 1, 3):
+        shutil.copy(job / "fr" / "skip" / f"nccl_trace_rank_{rank}", tmp_path)
+    code, out, _ = cli("diff", tmp_path)
+    assert code == 1 and out.splitlines()[1] == (
+        "rank 2 left no Flight Recorder dump; ranks 0,1,3 stopped at all_reduce #3 of group 0 (fr_jobs.py:50), "
+        "which it may not have reached (their dumps do not say what completed)"
+    )
+    shutil.rmtree(tmp_path)
+    tmp_path.mkdir()
+    for rank in (0, 1, 2):
+        shutil.copy(job / "fr" / "healthy" / f"nccl_trace_rank_{rank}", tmp_path)
+    code, out, _ = cli("diff", tmp_path)
+    assert code == 1 and "rank 3 left no Flight Recorder dump; ranks 0-2 stopped at barrier #5 of group 0" in out
+    (tmp_path / "nccl_trace_rank_2").unlink()
+    dump = pickle.loads((job / "fr" / "healthy" / "nccl_trace_rank_2").read_bytes())
+    (tmp_path / "nccl_trace_rank_2").write_bytes(pickle.dumps({**dump, "entries": dump["entries"][:3]}))
+    code, out, _ = cli("diff", tmp_path)  # rank 2's dump is behind: the ranks waiting for it are the culprits' peers
+    assert code == 1 and out.splitlines()[1].startswith("rank 2 is 2 collectives short in group 0"), out
+
+
+def test_mismatch_names_the_minority(job, tmp_path, cli):
+    """Gloo aborts the receiving process on a size mismatch, leaving no dump: the healthy job's JSON dumps,
+    with rank 2's third collective made a broadcast of 4 int64, stand for one."""
+    for rank in range(4):
+        dump = json.loads((job / "fr" / "healthy-json" / f"nccl_trace_rank_{rank}").read_bytes())
+        if rank == 2:
+            dump["entries"][2].update(profiling_name="gloo:broadcast", input_sizes=[[4]], input_dtypes=["Long"])
+        (tmp_path / f"trace_{rank}").write_text(json.dumps(dump))
+    code, out, _ = cli("diff", tmp_path)
+    assert code == 1 and out.splitlines()[1].startswith(
+        "rank 2 ran broadcast [[4]] ['Long'] as collective #3 of group 0 (flight_recorder:0), "
+        "ranks 0,1,3 all_reduce [[8]] ['Float']"
+    ), out
+
+
+def _fr_trace(directory: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(directory)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_beside_torchs_analyzer(job, tmp_path, cli):
+    """fr_trace dies on gloo dumps (their pg_config names the default group "", its entries "0"); with the
+    group keyed as NCCL keys it, it agrees on the skipped collective, names the three waiting ranks as
+    'missing' where one rank ran ahead, and says nothing of the late rank."""
+    assert "KeyError: ('0', 0)" in _fr_trace(job / "fr" / "skip").stderr
+    said = {}
+    for fault in ("skip", "extra", "late"):
+        shaped = tmp_path / fault
+        shaped.mkdir()
+        for path in (job / "fr" / fault).iterdir():
+            dump = pickle.loads(path.read_bytes())  # our own job's dump: trusted
+            dump["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}}
+            (shaped / path.name).write_bytes(pickle.dumps(dump))
+        said[fault] = _fr_trace(shaped).stderr  # it reports through logging, on stderr
+        assert cli("diff", shaped)[1].splitlines()[1].startswith(VERDICTS[fault])
+    assert "missing ranks: {2}" in said["skip"]
+    assert "missing ranks: {0, 2, 3}" in said["extra"]
+    assert "missing ranks" not in said["late"]
