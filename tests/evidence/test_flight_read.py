@@ -94,3 +94,18 @@ def test_newer_version_read_with_one_warning(job, tmp_path, cli):
     code, out, err = cli("merge", tmp_path / "trace_0")
     assert code == 0 and out.count("fr enqueued") == 5
     assert err.count("'9.1' is newer") == 1
+
+
+def test_trace_draws_collectives_on_their_track(job, tmp_path, cli):
+    """Each entry a slice on the rank's Flight Recorder track; gloo knows no completion: a slice ends where the
+    rank issued its next collective, its last one at the rank's last record (the dump)."""
+    code, _, err = cli("trace", job / "fr" / "skip", "-o", tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    slices = [e for e in events if e.get("cat") == "collective"]
+    assert code == 0 and len(slices) == 11 and {e["ph"] for e in slices} == {"X"}
+    rank2 = sorted((e for e in slices if e["pid"] == 2), key=lambda e: e["ts"])
+    assert [e["name"] for e in rank2] == ["all_reduce #1 group 0", "all_reduce #2 group 0"]
+    assert rank2[0]["ts"] + rank2[0]["dur"] == rank2[1]["ts"] and rank2[1]["args"]["ends"].startswith("unfinished")
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name" and e["pid"] == 2}
+    assert tracks == {"thread Flight Recorder"}
