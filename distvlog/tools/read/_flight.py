@@ -8,14 +8,15 @@ the file was written: its version, the process groups with their ranks, the grou
 started / completed sequence ids, how many entries it holds and whether it was cut short.
 
 Entries are read by which fields they have, not by the dump's version: fields were added over 2.x.
-A record's file:line is the first Python frame outside torch that issued the collective (pickle dumps
-with stacks), else `flight_recorder:0`.
+A record's file:line is the first Python frame outside torch and distvlog that issued the collective
+(pickle dumps with stacks), else `flight_recorder:0`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -32,7 +33,7 @@ TESTED_VERSIONS = ("2.10",)  # what torch 2.13 writes; older versions have fewer
 _KEYS = (b"pg_config", b"pg_status", b"entries", b"comm_lib_version", b"nccl_comm_state")
 _NO_FRAME = ("flight_recorder", 0)
 _FRAMES_KEPT = 8
-_OWN = re.compile(r"/torch/(?:distributed|nn/parallel|_dynamo|utils)/")
+_OWN = re.compile(r"/torch/|" + re.escape(str(Path(__file__).parents[2])))  # torch's frames and ours
 
 
 class NotADump(ValueError):
