@@ -123,7 +123,7 @@ def records(dump: dict[str, Any], cut: bool, rank: int, dumped_us: int) -> list[
     entries = dump.get("entries")
     entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
     found = groups(dump)
-    world = max((len(g["ranks"]) for g in found.values()), default=None)
+    world = max((len(g["ranks"]) for g in found.values() if g["ranks"]), default=None)
     out: list[dict[str, Any]] = []
     for entry in entries:
         out.extend(_entry_records(entry, rank, world))
