@@ -6,7 +6,8 @@ Each worker forks one process per FAULT (torch imported once: start-up is the sl
 processes form a gloo job of their own (a FileStore under OUT/FAULT), run a few collectives with the fault
 planted, and dump their Flight Recorder as torch names it by default, pickle and JSON:
 `OUT/FAULT/nccl_trace_rank_<R>` and `OUT/FAULT-json/nccl_trace_rank_<R>` — after the collectives, or when
-one failed (gloo's timeout is 5 s here). The worker prints what each did and logs it with distvlog; then
+one failed (gloo's timeout is 5 s here); the healthy one is profiled too (OUT/kineto/trace_<pid>.json). The
+worker prints what each did and logs it with distvlog; then
 rank 1 raises under torchrun's @record (its error.json). Faults:
 - healthy: three all_reduces, a broadcast and a barrier on every rank;
 - skip: rank 2 skips the second all_reduce (the others wait for it at the third);
@@ -39,20 +40,20 @@ def collectives(fault: str, rank: int) -> None:
         timeout = timedelta(seconds=TIMEOUT_S)
         a, b = dist.new_group(backend="gloo", timeout=timeout), dist.new_group(backend="gloo", timeout=timeout)
         first, second = (a, b) if rank == 0 else (b, a)
-        dist.all_reduce(x, group=first)
+        dist.all_reduce(x, group=first)  # line: order
         dist.all_reduce(x, group=second)
         return
     dist.all_reduce(x)
     if fault == "late" and rank == 3:
         time.sleep(TIMEOUT_S + 3)
     if not (fault == "skip" and rank == 2):
-        dist.all_reduce(x)
-    dist.all_reduce(x)
+        dist.all_reduce(x)  # line: second
+    dist.all_reduce(x)  # line: third
     if fault == "healthy":
         dist.broadcast(torch.zeros(4, dtype=torch.int64), src=0)
-        dist.barrier()
+        dist.barrier()  # line: barrier
     if fault == "extra" and rank == 1:
-        dist.all_reduce(x)
+        dist.all_reduce(x)  # line: extra
 
 
 def scenario(out: Path, fault: str, rank: int, world: int) -> None:
@@ -62,7 +63,13 @@ def scenario(out: Path, fault: str, rank: int, world: int) -> None:
     status = "done"
     try:
         dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world, timeout=timeout)
-        collectives(fault, rank)
+        if fault == "healthy":  # profiled too: the profiler's Chrome trace, named by pid (its rank is inside)
+            with torch.profiler.profile() as profile:
+                collectives(fault, rank)
+            (out / "kineto").mkdir(parents=True, exist_ok=True)
+            profile.export_chrome_trace(str(out / "kineto" / f"trace_{os.getpid()}.json"))
+        else:
+            collectives(fault, rank)
     except RuntimeError as exc:
         status = f"failed: {str(exc).splitlines()[0][:200]}"
     for form, data in (("", _dump_fr_trace(True, True, False)), ("-json", _dump_fr_trace_json(True, False))):

@@ -26,7 +26,9 @@ def test_a_hang_diagnosed_from_dumps(tmp_path, cli):
     code, out, _ = cli("diff", tmp_path / "dumps")
     assert code == 1
     assert out.splitlines()[1].startswith("rank 1 is one collective short in group 0: never issued all_reduce #")
-    assert out.splitlines()[1].endswith("which rank 0 issued at train_torch.py:136 and wait in")
+    source = (LAUNCH / "train_torch.py").read_text().splitlines()
+    backward = next(i for i, line in enumerate(source, 1) if line.strip() == "loss.backward()")
+    assert out.splitlines()[1].endswith(f"which rank 0 issued at train_torch.py:{backward} and wait in")
     code, out, _ = cli("merge", tmp_path / "dumps", tmp_path / "logs" / "latest")
     assert code == 0 and "[rank 1] fr enqueued op=broadcast" in out and "[rank 0] fr enqueued op=all_reduce" in out
     assert "[rank 1] distvlog-meta" in out  # our rank files in the same timeline

@@ -12,14 +12,20 @@ from pathlib import Path
 
 import pytest
 
+# The lines of fr_jobs.py that issue the collectives (marked `# line: NAME` there), as `fr_jobs.py:N`.
+AT = {
+    line.rpartition("# line: ")[2]: f"fr_jobs.py:{i}"
+    for i, line in enumerate((Path(__file__).parent / "fr_jobs.py").read_text().splitlines(), 1)
+    if "# line: " in line
+}
 VERDICTS = {
-    "skip": "rank 2 is one collective short in group 0: never issued all_reduce #3, which ranks 0,1,3 issued at "
-    "fr_jobs.py:50 and wait in; its #2 came from fr_jobs.py:50, the others' from fr_jobs.py:49",
-    "extra": "rank 1 is one collective ahead in group 0: issued all_reduce #4 at fr_jobs.py:55, which ranks 0,2,3 "
+    "skip": f"rank 2 is one collective short in group 0: never issued all_reduce #3, which ranks 0,1,3 issued at "
+    f"{AT['third']} and wait in; its #2 came from {AT['third']}, the others' from {AT['second']}",
+    "extra": f"rank 1 is one collective ahead in group 0: issued all_reduce #4 at {AT['extra']}, which ranks 0,2,3 "
     "never did; waiting for them",
-    "late": "rank 3 issued all_reduce #2 of group 0 (fr_jobs.py:49) ",
-    "order": "rank 0 used the process groups in another order: waiting at all_reduce #1 of group 1 (fr_jobs.py:42) "
-    "for ranks 1-3, which wait at all_reduce #1 of group 2 (fr_jobs.py:42) for it",
+    "late": f"rank 3 issued all_reduce #2 of group 0 ({AT['second']}) ",
+    "order": f"rank 0 used the process groups in another order: waiting at all_reduce #1 of group 1 ({AT['order']}) "
+    f"for ranks 1-3, which wait at all_reduce #1 of group 2 ({AT['order']}) for it",
 }
 
 
@@ -57,7 +63,7 @@ def test_the_missing_dump_is_the_culprit(job, tmp_path, cli):
         shutil.copy(job / "fr" / "skip" / f"nccl_trace_rank_{rank}", tmp_path)
     code, out, _ = cli("diff", tmp_path)
     assert code == 1 and out.splitlines()[1] == (
-        "rank 2 left no Flight Recorder dump; ranks 0,1,3 stopped at all_reduce #3 of group 0 (fr_jobs.py:50), "
+        f"rank 2 left no Flight Recorder dump; ranks 0,1,3 stopped at all_reduce #3 of group 0 ({AT['third']}), "
         "which it may not have reached (their dumps do not say what completed)"
     )
     shutil.rmtree(tmp_path)

@@ -3,6 +3,7 @@ log/ directory read without --rank-of."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -59,3 +60,38 @@ def test_paddle_log_directory_needs_no_rank_of(tmp_path, cli):
     assert code == 0, err
     assert "[rank 0] multiply1GradNode" in out and "[rank 1] multiply1GradNode" in out
     assert "2 files" in err
+
+
+def test_profiler_traces_by_the_rank_they_name(job, cli):
+    """Kineto traces (torch 2.13's export_chrome_trace) named by pid: the rank comes from distributedInfo."""
+    code, out, err = cli("merge", "--format", "jsonl", job / "fr" / "kineto")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and {r["rank"] for r in records} == {0, 1, 2, 3}
+    ops = [r["op"] for r in records if r["rank"] == 1 and r["event"] == "kineto collective"]
+    assert ops.count("c10d::allreduce_") == 3 and "c10d::broadcast_" in ops and "gloo:all_reduce" in ops
+    heads = [r for r in records if r["event"] == "kineto trace"]
+    assert len(heads) == 4 and all(r["info"]["world_size"] == 4 for r in heads)
+
+
+def test_worker_output_with_c10d_lines(tmp_path, cli):
+    """c10's `[rank3]:[E1205 ...]` lines keep their time (seconds: the nine digits are a monotonic clock);
+    NCCL's untimed lines and prints take the time of the timed line before them, or the first one's."""
+    shutil.copytree(Path(__file__).parent / "data" / "nccl_job", tmp_path / "job")
+    code, out, err = cli("merge", "--format", "jsonl", tmp_path / "job")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and {r["rank"] for r in records} == {3}, err
+    watchdog = [r for r in records if r["file"] == "ProcessGroupNCCL.cpp"]
+    assert [r["line"] for r in watchdog] == [616, 1785] and watchdog[0]["severity"] == "E"
+    assert "WorkNCCL(SeqNum=412" in watchdog[0]["event"]
+    assert [r["ts"] for r in records] == sorted(r["ts"] for r in records)
+    assert records[0]["event"] == "step 411 done" and records[0]["ts"] == watchdog[0]["ts"]
+    (traceback,) = [r for r in records if r["event"].startswith("Traceback")]
+    assert traceback["severity"] == "E" and traceback["event"].count("\n") == 3
+    assert records[-1]["file"] == "run.py" and records[-1]["tid"] == 20010
+
+
+def test_report_on_a_mixed_directory(job, tmp_path, cli):
+    (tmp_path / "in").mkdir()
+    code, _, err = cli("report", _mixed(job, tmp_path / "in"), "-o", tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    assert code == 0 and "rank 2 is one collective short in group 0" in html, err

@@ -2,11 +2,11 @@
 needs, which rank it speaks for, and the records themselves as a stream of our JSON lines.
 
 The reader is chosen from the content (`sniff`, the first 4 KiB), never from the name alone: a Flight
-Recorder dump (pickle or JSON, _flight), torchrun's `error.json`, or a torchrun worker's stdout/stderr,
-whose lines mostly carry no time of their own (_torchrun). Glog text (Paddle's workerlog.N, c10d / NCCL
+Recorder dump (pickle or JSON, _flight), a profiler's Chrome trace (_kineto), torchrun's `error.json`, or a
+torchrun worker's stdout/stderr, whose lines mostly carry no time of their own (_torchrun). Glog text (Paddle's workerlog.N, c10d / NCCL
 logs) goes to the glog reader as it is. Our own rank files are never sniffed: their names say what they are.
 
-The rank comes from what the evidence says: the launcher's layout (`attempt_K/R/`, `workerlog.N`, for one
+The rank comes from what the evidence says: a trace's `distributedInfo.rank`, the launcher's layout (`attempt_K/R/`, `workerlog.N`, for one
 node the local rank is the global rank), the digits ending a dump's name (torch names dumps
 `<prefix><rank>`), and `--rank-of FILE=R` where nothing says it.
 
@@ -27,9 +27,10 @@ import numpy as np
 
 from ... import format as fmt
 from ...errors import InputError
-from . import _flight, _torchrun, _unpickle
+from . import _flight, _kineto, _torchrun, _unpickle
 
 FLIGHT, TORCHRUN_ERROR, WORKER_OUTPUT = "flight recorder dump", "torchrun error.json", "torchrun worker output"
+KINETO = "profiler trace"
 SNIFF_BYTES = 4096
 MAX_BYTES = 1 << 30  # a file read whole to be converted (a dump of 2,000 entries is a few MB)
 _DEPTH = 6  # how deep a directory is searched (torchrun: D/<run>/attempt_K/R/stdout.log)
@@ -64,6 +65,8 @@ def sniff(path: Path) -> str | None:
         return None
     if _flight.looks_like(head):
         return FLIGHT
+    if _kineto.looks_like(head):
+        return KINETO
     if head.lstrip()[:1] == b"{" and _torchrun.is_error_json(head):
         return TORCHRUN_ERROR
     if is_worker_output(path) and not fmt.is_header_line(head.partition(b"\n")[0]):
@@ -73,10 +76,12 @@ def sniff(path: Path) -> str | None:
 
 def find(directory: Path) -> list[Path]:
     """The evidence under a directory: files a reader of ours reads (by content) with a rank their layout
-    gives, and Paddle's workerlog.N; in path order. Our own rank files are not among them."""
+    gives (a profiler trace: its own), and Paddle's workerlog.N; in path order. Our own rank files are not
+    among them."""
     found: list[Path] = []
     for path in _walk(directory, 0, [0]):
-        if _WORKERLOG.fullmatch(path.name) or (layout_rank(path) is not None and sniff(path)):
+        kind = sniff(path) if path.suffix == ".json" or layout_rank(path) is not None else None
+        if _WORKERLOG.fullmatch(path.name) or (kind and layout_rank(path) is not None) or kind == KINETO:
             found.append(path)
     return sorted(found, key=lambda p: [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", str(p))])
 
@@ -117,14 +122,24 @@ def _read_whole(path: Path) -> tuple[bytes, int]:
 
 
 def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[str]]:
-    """The file's records as a stream of our JSON lines, and what to warn about once."""
-    if rank is None:
-        raise InputError(
-            f"{path}: cannot tell which rank wrote it (its name and place say none); pass --rank-of {path}=R"
-        )
+    """The file's records as a stream of our JSON lines, and what to warn about once. `rank`: the one
+    --rank-of or the layout gives (a trace's own rank comes first)."""
     data, mtime_us = _read_whole(path)
     notes: list[str] = []
-    if reader == FLIGHT:
+    trace = None
+    if reader == KINETO:
+        try:
+            trace = _kineto.load(data)
+        except ValueError as exc:
+            raise InputError(f"{path}: {exc}") from None
+        rank = _kineto.rank_of(trace) if _kineto.rank_of(trace) is not None else rank
+    if rank is None:
+        raise InputError(
+            f"{path}: cannot tell which rank wrote it (it and its place say none); pass --rank-of {path}=R"
+        )
+    if trace is not None:
+        objs = _kineto.records(trace, rank)
+    elif reader == FLIGHT:
         try:
             dump, cut = _flight.load(data)
         except _unpickle.Refused as exc:
