@@ -109,3 +109,17 @@ def test_trace_draws_collectives_on_their_track(job, tmp_path, cli):
     assert rank2[0]["ts"] + rank2[0]["dur"] == rank2[1]["ts"] and rank2[1]["args"]["ends"].startswith("unfinished")
     tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name" and e["pid"] == 2}
     assert tracks == {"thread Flight Recorder"}
+
+
+def test_cut_json_dump_and_garbage(job, tmp_path, cli):
+    """A JSON dump cut short keeps its whole entries; a file that only starts like a pickle is refused in
+    one line."""
+    data = (job / "fr" / "healthy-json" / "nccl_trace_rank_0").read_bytes()
+    second = data.index(b'"collective_seq_id":3')  # inside the third entry
+    (tmp_path / "trace_0").write_bytes(data[:second])
+    code, out, err = cli("merge", "--format", "jsonl", tmp_path / "trace_0")
+    seqs = [json.loads(line).get("seq") for line in out.splitlines()]
+    assert code == 0 and seqs == [1, 2, None] and err.count("cut short") == 1
+    (tmp_path / "garbage_1").write_bytes(b"\x80\x04" + b'"pg_config" "entries"' + bytes(range(256)))
+    code, _, err = cli("merge", tmp_path / "garbage_1")
+    assert code == 2 and err.count("\n") == 1 and "garbage_1" in err
