@@ -41,14 +41,20 @@ _WORKERLOG = re.compile(r"workerlog\.(\d+)")
 _TRAILING = re.compile(r"(\d+)(?:\.(?:pkl|pickle|json))?")
 
 
-def layout_rank(path: Path) -> int | None:
+def layout_rank(path: Path, reader: str | None) -> int | None:
     """The rank a launcher's layout gives a file: attempt_K/R/{stdout,stderr}.log|error.json (torchrun),
-    workerlog.N (Paddle), a name ending in digits (Flight Recorder dumps); None when it gives none."""
+    workerlog.N (Paddle), for a dump or trace the digits ending its name; None when it gives none."""
     name = path.name
     if name in _WORKER_FILES and path.parent.name.isdigit() and _ATTEMPT.fullmatch(path.parent.parent.name):
         return int(path.parent.name)
-    match = _WORKERLOG.fullmatch(name) or _TRAILING.search(name)
-    return int(match.group(1)) if match and match.end() == len(name) else None
+    match = _WORKERLOG.fullmatch(name) or (_ends_in_digits(name) if reader in (FLIGHT, KINETO) else None)
+    return int(match.group(1)) if match else None
+
+
+def _ends_in_digits(name: str) -> re.Match[str] | None:
+    """Torch names a dump `<prefix><rank>` (a suffix added by hand kept): the digits ending the name."""
+    match = _TRAILING.search(name)
+    return match if match and match.end() == len(name) else None
 
 
 def is_worker_output(path: Path) -> bool:
@@ -80,9 +86,12 @@ def find(directory: Path) -> list[Path]:
     among them."""
     found: list[Path] = []
     for path in _walk(directory, 0, [0]):
-        kind = sniff(path) if path.suffix == ".json" or layout_rank(path) is not None else None
-        if _WORKERLOG.fullmatch(path.name) or (kind and layout_rank(path) is not None) or kind == KINETO:
+        if _WORKERLOG.fullmatch(path.name):
             found.append(path)
+        elif path.suffix == ".json" or path.name in _WORKER_FILES or _ends_in_digits(path.name):
+            reader = sniff(path)  # only names a dump, a trace or torchrun's files can have are read
+            if reader == KINETO or (reader and layout_rank(path, reader) is not None):
+                found.append(path)
     return sorted(found, key=lambda p: [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", str(p))])
 
 

@@ -156,7 +156,8 @@ def resolve_inputs(args: list[str]) -> list[InputFile]:
         if match:
             files.append(InputFile(path, int(match.group(1)), parent))
         else:
-            files.append(InputFile(path, _evidence.layout_rank(path), None, _evidence.sniff(path)))
+            reader = _evidence.sniff(path)
+            files.append(InputFile(path, _evidence.layout_rank(path, reader), None, reader))
     return files
 
 
