@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from distvlog.cli import main
-
 HERE = Path(__file__).parent
 FAULTS = ("healthy", "skip", "late", "extra", "order")
 
@@ -30,15 +28,3 @@ def job(tmp_path_factory) -> Path:
     for fault in FAULTS:
         assert len(list((root / "fr" / fault).glob("nccl_trace_rank_*"))) == 4, (root / "console.txt").read_text()
     return root
-
-
-@pytest.fixture
-def cli(capfd):
-    """cli(*args) -> (exit code, stdout, stderr) of `distvlog ARGS`, run in this process."""
-
-    def run(*args) -> tuple[int, str, str]:
-        code = main([str(a) for a in args])
-        out = capfd.readouterr()
-        return code, out.out, out.err
-
-    return run
