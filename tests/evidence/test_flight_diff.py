@@ -127,3 +127,34 @@ def test_beside_torchs_analyzer(job, tmp_path, cli):
     assert "missing ranks: {2}" in said["skip"]
     assert "missing ranks: {0, 2, 3}" in said["extra"]
     assert "missing ranks" not in said["late"]
+
+
+def test_completions_place_each_rank_at_its_first_open_collective(job, tmp_path, cli):
+    """Where dumps know completions (NCCL with timing), a rank is at its first collective not completed. No
+    NCCL here: the healthy job's JSON dumps are given NCCL's states and times — ranks 0,1,3 completed #1-#4
+    and started the barrier #5, rank 2 completed #1-#4 and never issued #5."""
+    for rank in range(4):
+        dump = json.loads((job / "fr" / "healthy-json" / f"nccl_trace_rank_{rank}").read_bytes())
+        entries = dump["entries"][:4] if rank == 2 else dump["entries"]
+        for entry in entries:
+            done = entry["collective_seq_id"] < 5
+            entry.update(state="completed" if done else "started", profiling_name="nccl:" + entry["profiling_name"][5:])
+            entry["time_discovered_started_ns"] = entry["time_created_ns"] + 1000
+            entry["time_discovered_completed_ns"] = entry["time_created_ns"] + 2000 if done else 0
+        (tmp_path / f"trace_{rank}").write_text(json.dumps({**dump, "entries": entries}))
+    code, out, _ = cli("diff", tmp_path)
+    assert code == 1 and out.splitlines()[1] == (
+        "rank 2 is one collective short in group 0: never issued barrier #5, which ranks 0,1,3 issued and wait in"
+    ), out
+    (tmp_path / "trace_2").unlink()
+    code, out, _ = cli("diff", tmp_path)
+    assert out.splitlines()[1] == (
+        "rank 2 left no Flight Recorder dump; ranks 0,1,3 wait for it at barrier #5 of group 0 (flight_recorder:0)"
+    )
+    code, out, _ = cli("merge", "--format", "jsonl", tmp_path / "trace_0")
+    events = [json.loads(line)["event"] for line in out.splitlines()]
+    assert events.count("fr started") == 5 and events.count("fr completed") == 4
+    code, _, _ = cli("trace", tmp_path / "trace_0", "-o", tmp_path / "t.json")
+    slices = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e.get("cat") == "collective"]
+    assert [e["dur"] for e in sorted(slices, key=lambda e: e["ts"])][:4] == [2, 2, 2, 2]  # enqueue to completion
+    assert sorted(slices, key=lambda e: e["ts"])[-1]["args"]["ends"].startswith("unfinished")
