@@ -14,7 +14,8 @@ from ._logs import Logs
 @dataclass
 class Report:
     ranks: list[int]
-    steps_from: str  # what aligns records across ranks: "step" or "logged backward pass"
+    steps_from: str  # what aligns records across ranks: "step", "logged backward pass" or, for dumps alone,
+    # "process group and sequence id"
     counts: dict[str, int]  # what was read: gradient statistics, allreduces, parameter digests, steps
     errors: list[Finding] = field(default_factory=list)
     notes: list[Finding] = field(default_factory=list)
@@ -52,6 +53,9 @@ def not_checked(logs: Logs) -> list[tuple[list[str], str]]:
     """The checks these logs cannot support, and why: finding nothing there does not mean clean."""
     out = []
     ranks = logs.ranks.values()
+    if _dumps_only(logs):
+        checks = ["NaN/Inf origins", "gradients", "allreduce buckets", "parameters"]
+        return [(checks, "the inputs hold Flight Recorder dumps but no gradient statistics or DataParallel records")]
     if not any(r.stats for r in ranks):
         out.append(
             (
@@ -74,6 +78,11 @@ def not_checked(logs: Logs) -> list[tuple[list[str], str]]:
     if len(logs.ranks) < 2:
         out.append((["comparisons across ranks"], "the logs of one rank only"))
     return out
+
+
+def _dumps_only(logs: Logs) -> bool:
+    ranks = logs.ranks.values()
+    return any(r.dump for r in ranks) and not any(r.stats or r.collectives or r.digests for r in ranks)
 
 
 def analyse(logs: Logs) -> Report:
@@ -102,10 +111,11 @@ def analyse(logs: Logs) -> Report:
     steps = {s for mine in logs.ranks.values() for s in mine.step_ts} | {
         s.step for mine in logs.ranks.values() for s in mine.stats
     }
-    counts["steps"] = len(steps)
+    if not _dumps_only(logs):  # dumps know collectives, not training steps
+        counts["steps"] = len(steps)
     return Report(
         sorted(logs.ranks),
-        logs.step_source,
+        "process group and sequence id" if _dumps_only(logs) else logs.step_source,
         dict(counts),
         errors,
         [*_gradients.spike_notes(points), *straggling, *flight_notes],
