@@ -10,6 +10,9 @@ every bucket's allreduce and the parameters' digests per step, and the middle la
 `backward_vlog_guard(--guard-level)`, so at level 5 its backward nodes log the gradient statistics
 (`grad_stats`) that `distvlog diff` compares across ranks.
 
+`--fr-dump DIR` turns PyTorch's Flight Recorder on and dumps it per rank when the job fails (`flight.py`):
+`distvlog diff DIR` then names the rank the others wait for.
+
 `--inject-NAME-rank R [--inject-NAME-step S]` plants one of `faults.py`'s faults on rank R, as in
 `train.py`: NaN (a square root at zero in the middle layer's backward), gradient explosion, a bit flip, the
 last layer's averaged gradients doubled, another learning rate or weight decay, a skipped broadcast, another
@@ -29,6 +32,7 @@ import time
 
 import digits
 import faults
+import flight
 import numpy as np
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -51,6 +55,7 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     p = digits.parser(__doc__)
     digits.add_arguments(p)
     faults.add_arguments(p)
+    flight.add_arguments(p)
     args = p.parse_args()
     digits.check(p, args)
     for name in NOT_HERE:
@@ -90,7 +95,8 @@ class MLP(nn.Module):
 
 def main() -> None:
     parser, args = parse_args()
-    dvt.init()
+    dvt.init(timeout=flight.enable(args))
+    flight.dump_on_failure(args)
     rank, world = dist.get_rank(), dist.get_world_size()
     digits.refuse_beyond_world(parser, args, rank, world, dist.barrier)
     plan = faults.Plan(args, rank)

@@ -1,5 +1,5 @@
 """Shared by every test: in-process logs go to a temporary directory, never into the checkout; the records a
-test logs (`records`)."""
+test logs (`records`); the `distvlog` command run in-process (`cli`)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,16 @@ def records():
         yield captured
     finally:
         logger_mod.PROCESSORS.remove(capture)
+
+
+@pytest.fixture
+def cli(capfd):
+    """cli(*args) -> (exit code, stdout, stderr) of `distvlog ARGS`, run in this process."""
+    from distvlog.cli import main
+
+    def run(*args) -> tuple[int, str, str]:
+        code = main([str(a) for a in args])
+        out = capfd.readouterr()
+        return code, out.out, out.err
+
+    return run

@@ -12,12 +12,29 @@ from typing import Any
 
 from ... import format as fmt
 from ...errors import InputError
-from ..read import Record, Warn, after_reading, ignore, open_sources, read_records
+from ..read import (
+    FR_DUMP,
+    FR_ENQUEUED,
+    FR_EVENTS,
+    FR_STARTED,
+    Record,
+    Warn,
+    after_reading,
+    ignore,
+    open_sources,
+    read_records,
+)
 
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
 SIGNAL_MARKS = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
-_DP_EVENTS = (fmt.ALLREDUCE_BEGIN, fmt.ALLREDUCE_END, fmt.ALLREDUCE_PARAM, fmt.PARAMETER_LAYOUT, fmt.PARAMETERS)
-# The I records diff reads (W, E and F records it reads all), in glog text.
+_DP_EVENTS = (
+    fmt.ALLREDUCE_BEGIN,
+    fmt.ALLREDUCE_END,
+    fmt.ALLREDUCE_PARAM,
+    fmt.PARAMETER_LAYOUT,
+    fmt.PARAMETERS,
+    *FR_EVENTS,
+)
 WANTED = re.compile(
     b"|".join(p.pattern for p in (fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS), fmt.texts_pattern(*SIGNAL_MARKS))),
     re.M,
@@ -88,6 +105,24 @@ class Signalled:
     where: str  # file:line
 
 
+@dataclass(slots=True)
+class FrEntry:
+    """One collective in a rank's Flight Recorder dump (times in epoch µs; None: not known)."""
+
+    pg: str
+    seq: int
+    op: str
+    sizes: Any
+    dtypes: Any
+    state: str
+    created: int
+    site: str  # file:line of the Python frame that issued it
+    timeout_ms: int | None
+    p2p: bool = False
+    started: int | None = None
+    completed: int | None = None
+
+
 @dataclass
 class RankLogs:
     stats: list[Stat] = field(default_factory=list)  # in file order
@@ -101,6 +136,8 @@ class RankLogs:
     last_step: int = -1  # the last step its step-numbered records reach
     failures: list[Failure] = field(default_factory=list)
     signalled: Signalled | None = None
+    flight: list[FrEntry] = field(default_factory=list)  # its Flight Recorder entries, oldest first
+    dump: dict[str, Any] | None = None  # its Flight Recorder dump's own record (fields)
 
     def before(self, step: int) -> RankLogs:
         return RankLogs(
@@ -114,6 +151,8 @@ class RankLogs:
             buckets=self.buckets,
             last_step=min(self.last_step, step - 1),
             failures=[f for f in self.failures if f.step is not None and f.step < step],
+            flight=self.flight,
+            dump=self.dump,
         )
 
 
@@ -163,7 +202,7 @@ def load(paths: list[str], warn: Warn = ignore, *, losses: bool = False) -> Logs
         raise InputError(
             f"{' '.join(paths)}: no gradient statistics (grad_stats, written at verbosity 5: "
             "backward_vlog_guard(5) or DISTVLOG_V=5), no DataParallel records (module parallel at verbosity "
-            ">= 1) and no errors"
+            ">= 1), no Flight Recorder dump and no errors"
         )
     return loader.logs
 
@@ -180,7 +219,7 @@ class Loader:
 
     def any(self) -> bool:
         """Whether anything diff reads was fed."""
-        return any(r.stats or r.collectives or r.digests or r.failures for r in self.logs.ranks.values())
+        return any(r.stats or r.collectives or r.digests or r.failures or r.dump for r in self.logs.ranks.values())
 
     def feed(self, rec: Record) -> None:
         logs = self.logs
@@ -199,6 +238,8 @@ class Loader:
             _collective(mine, rec, first, self._open)
         elif first == fmt.PARAMETERS:
             _parameters(mine, rec)
+        elif first in FR_EVENTS:
+            _flight(mine, rec, first)
         elif first == fmt.PARAMETER_LAYOUT:
             mine.names = [str(n) for n in _list(rec.fields.get("names"))]
             mine.buckets = [[i for i in b if isinstance(i, int)] for b in _list(rec.fields.get("buckets"))]
@@ -263,6 +304,32 @@ def _loss(mine: RankLogs, rec: Record) -> None:
     step, loss = rec.fields.get("step"), rec.fields[fmt.LOSS]
     if isinstance(step, int) and isinstance(loss, (int, float)) and not isinstance(loss, bool):
         mine.losses[step] = float(loss)
+
+
+def _flight(mine: RankLogs, rec: Record, event: str) -> None:
+    f = rec.fields
+    if event == FR_DUMP:
+        mine.dump = f
+        return
+    key = (str(f.get("pg")), _int(f.get("seq"), -1), f.get("p2p") is True)
+    if event == FR_ENQUEUED:
+        timeout = f.get("timeout_ms")
+        entry = FrEntry(
+            *key[:2],
+            str(f.get("op")),
+            f.get("sizes"),
+            f.get("dtypes"),
+            str(f.get("state")),
+            rec.ts,
+            f"{rec.file}:{rec.line}",
+            timeout if isinstance(timeout, int) else None,
+            key[2],
+        )
+        mine.flight.append(entry)
+        return
+    entry = next((e for e in reversed(mine.flight) if (e.pg, e.seq, e.p2p) == key), None)
+    if entry is not None:
+        setattr(entry, "started" if event == FR_STARTED else "completed", rec.ts)
 
 
 def _parameters(mine: RankLogs, rec: Record) -> None:

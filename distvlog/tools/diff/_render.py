@@ -28,10 +28,15 @@ from ._findings import (
     Straggler,
     Unfinished,
 )
+from ._flight import FlightFinding
 from ._report import Report
 
 MAX_LISTED = 10  # lines of one kind in the text (the JSON has them all)
-ALIGNED_BY = {"step": "step", "logged backward pass": "each rank's logged backward passes, counted from 0"}
+ALIGNED_BY = {
+    "step": "step",
+    "logged backward pass": "each rank's logged backward passes, counted from 0",
+    "process group and sequence id": "process group and sequence id",
+}
 
 
 def kind(finding: Finding) -> str:
@@ -65,9 +70,10 @@ def as_text(report: Report) -> str:
         for noun, n in report.counts.items()
         if n and noun != "steps"
     )
+    steps = "" if report.counts.get("steps") is None else f", {plural(report.counts['steps'], 'step')}"
     lines = [
-        f"{plural(len(report.ranks), 'rank')}, {plural(report.counts.get('steps', 0), 'step')}: "
-        f"{counts or 'nothing to compare'} (aligned by {ALIGNED_BY[report.steps_from]})"
+        f"{plural(len(report.ranks), 'rank')}{steps}: {counts or 'nothing to compare'} "
+        f"(aligned by {ALIGNED_BY[report.steps_from]})"
     ]
     errors = _limited(report.errors)
     lines += [("" if i == 0 or text.startswith("...") else "  then ") + text for i, text in enumerate(errors)]
@@ -121,6 +127,11 @@ def _owner(ranks: list[int]) -> str:
 @singledispatch
 def line(finding: Finding) -> str:
     raise TypeError(f"no text for {type(finding).__name__}")
+
+
+@line.register
+def _(f: FlightFinding) -> str:
+    return f.text()
 
 
 @line.register

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from . import _gradients, _parameters, _sequences, _timing
+from . import _flight, _gradients, _parameters, _sequences, _timing
 from ._findings import Failed, Finding
 from ._logs import Logs
 
@@ -14,7 +14,8 @@ from ._logs import Logs
 @dataclass
 class Report:
     ranks: list[int]
-    steps_from: str  # what aligns records across ranks: "step" or "logged backward pass"
+    steps_from: str  # what aligns records across ranks: "step", "logged backward pass" or, for dumps alone,
+    # "process group and sequence id"
     counts: dict[str, int]  # what was read: gradient statistics, allreduces, parameter digests, steps
     errors: list[Finding] = field(default_factory=list)
     notes: list[Finding] = field(default_factory=list)
@@ -52,6 +53,9 @@ def not_checked(logs: Logs) -> list[tuple[list[str], str]]:
     """The checks these logs cannot support, and why: finding nothing there does not mean clean."""
     out = []
     ranks = logs.ranks.values()
+    if _dumps_only(logs):
+        checks = ["NaN/Inf origins", "gradients", "allreduce buckets", "parameters"]
+        return [(checks, "the inputs hold Flight Recorder dumps but no gradient statistics or DataParallel records")]
     if not any(r.stats for r in ranks):
         out.append(
             (
@@ -76,9 +80,15 @@ def not_checked(logs: Logs) -> list[tuple[list[str], str]]:
     return out
 
 
+def _dumps_only(logs: Logs) -> bool:
+    ranks = logs.ranks.values()
+    return any(r.dump for r in ranks) and not any(r.stats or r.collectives or r.digests for r in ranks)
+
+
 def analyse(logs: Logs) -> Report:
     points = list(_gradients.points(logs))
     straggling, straggler_fraction = _timing.stragglers(logs)
+    flight_errors, flight_notes = _flight.findings(logs)
     errors: list[Finding] = [
         *_gradients.nan_origins(logs),
         *_gradients.explosions(points),
@@ -88,6 +98,7 @@ def analyse(logs: Logs) -> Report:
         *_sequences.result_mismatches(logs),
         *_parameters.parameters_part(logs),
         *_sequences.log_ends(logs),
+        *flight_errors,  # before other failures without a step: the dumps name the cause of a hang
         *failures(logs),
     ]
     errors.sort(key=lambda f: f.order)  # (stable: within a step, in the order of the list above)
@@ -96,16 +107,18 @@ def analyse(logs: Logs) -> Report:
         counts["gradient statistics"] += len(mine.stats)
         counts["allreduces"] += len(mine.collectives)
         counts["parameter digests"] += len(mine.digests)
+        counts["Flight Recorder entries"] += len(mine.flight)
     steps = {s for mine in logs.ranks.values() for s in mine.step_ts} | {
         s.step for mine in logs.ranks.values() for s in mine.stats
     }
-    counts["steps"] = len(steps)
+    if not _dumps_only(logs):  # dumps know collectives, not training steps
+        counts["steps"] = len(steps)
     return Report(
         sorted(logs.ranks),
-        logs.step_source,
+        "process group and sequence id" if _dumps_only(logs) else logs.step_source,
         dict(counts),
         errors,
-        [*_gradients.spike_notes(points), *straggling],
+        [*_gradients.spike_notes(points), *straggling, *flight_notes],
         not_checked(logs),
         {**_gradients.largest(points), "straggler": straggler_fraction},
     )

@@ -6,7 +6,9 @@
 
 A `Source` is one input file: our per-rank files (glog text or JSON lines, with a header giving rank, host,
 year and clock offset to rank 0) or foreign glog files (C++ glog, absl-py, Paddle, c10d/NCCL), whose rank
-comes from `[rank R]` tags, `--rank-of FILE=R` or `[Rank N]` in the message. It yields `Block`s of whole
+comes from `[rank R]` tags, `--rank-of FILE=R` or `[Rank N]` in the message, and other programs' evidence
+(Flight Recorder dumps, torchrun's and Paddle's per-worker files: _evidence), whose rank comes from the
+launcher's layout or the file's name. It yields `Block`s of whole
 records in file order, as columns over a buffer of glog text; `ts` is epoch µs, on rank 0's clock unless
 clock correction is off. Every input line ends up in a record, the header, or `counts.skipped` with a
 reason. What the tools say about their input (warnings, counts) is here too.
@@ -18,6 +20,7 @@ from ._arena import Arena, Slot
 from ._block import Block, Counts
 from ._bytes import restamp, take
 from ._files import parse_int_list, resolve_inputs, trim_left_by_the_dead
+from ._flight import FR_COMPLETED, FR_DUMP, FR_ENQUEUED, FR_EVENTS, FR_STARTED
 from ._header import Clock
 from ._notes import Warn, after_reading, ignore, say_runs_read, skipped_text, total, warner
 from ._open import add_input_arguments, open_inputs, open_sources, read_records
@@ -31,6 +34,11 @@ __all__ = [
     "PAD",
     "Clock",
     "Counts",
+    "FR_COMPLETED",
+    "FR_DUMP",
+    "FR_ENQUEUED",
+    "FR_EVENTS",
+    "FR_STARTED",
     "Record",
     "Slot",
     "Source",

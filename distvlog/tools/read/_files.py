@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ... import format as fmt
 from ...errors import InputError
+from . import _evidence
 from ._stream import OPEN_FILES, ByteStream
 
 _RANK_FILE = re.compile(rf"^{fmt.RANK_FILE_NAME.pattern}(?:\.gz)?$")
@@ -34,8 +35,9 @@ class InputFile:
     """One input file, in the order tools read them (rank from its name when it has our layout)."""
 
     path: Path
-    name_rank: int | None  # the R of rank-R[.pid].log, None for other names
+    name_rank: int | None  # the R of rank-R[.pid].log, or the rank a launcher's layout gives (_evidence)
     child_of: Path | None  # a forked child's file points at its parent's rank-R file
+    reader: str | None = None  # another program's file that _evidence converts (None: glog / JSON lines)
 
     @property
     def gz(self) -> bool:
@@ -116,13 +118,16 @@ def _expand(arg: str) -> list[Path]:
         return [path]
     try:
         files = _rank_files(path)
-        if not files:
-            run = _latest_run(path)
-            files = _rank_files(run) if run else []
+        if not files and (run := _latest_run(path)) is not None:
+            return _rank_files(run)
     except OSError as exc:
         raise InputError(f"{arg}: cannot list the directory ({exc.strerror})") from None
+    files += _evidence.find(path)
     if not files:
-        raise InputError(f"{arg}: no distvlog logs here (no rank-*.log or rank-*.jsonl, no run directory)")
+        raise InputError(
+            f"{arg}: no distvlog logs here (no rank-*.log or rank-*.jsonl, no run directory) and no other "
+            "program's (no Flight Recorder dump, torchrun log directory or Paddle workerlog)"
+        )
     return files
 
 
@@ -149,7 +154,11 @@ def resolve_inputs(args: list[str]) -> list[InputFile]:
         parent = None
         if match and match.group(2):  # rank-R.<pid>.log: a forked child shares its parent's clock
             parent = named.get((path.parent.resolve(), match.group(1), None))
-        files.append(InputFile(path, int(match.group(1)) if match else None, parent))
+        if match:
+            files.append(InputFile(path, int(match.group(1)), parent))
+        else:
+            reader = _evidence.sniff(path)
+            files.append(InputFile(path, _evidence.layout_rank(path, reader), None, reader))
     return files
 
 

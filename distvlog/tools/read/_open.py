@@ -36,10 +36,13 @@ def open_sources(
     ours = sorted((s for s in sources if s.meta), key=lambda s: s.rank)
     zone = ours[0].utc_offset_s if ours else time.localtime().tm_gmtoff
     by_path = {s.path.resolve(): s for s in sources}
+    by_rank = {s.rank: s for s in ours}
     for source in sources:
         if source.utc_offset_s is None:
             source.utc_offset_s = zone
         parent = by_path.get(source.file.child_of.resolve()) if source.file.child_of else None
+        if parent is None and source.file.reader and clock_correction:
+            parent = by_rank.get(source.rank)  # evidence of a rank ran on its host: our file's clock offset fits it
         if parent is not None and parent.clock:
             source.clock = parent.clock
     sources.sort(key=lambda s: (s.rank if s.rank is not None else 1 << 62, s.order))
@@ -67,6 +70,8 @@ def _open_all(files: list[InputFile], rank_of: dict[str, int], clock_correction:
             )
         for text in unusable:
             warn(f"{text}; skipping it")
+        for note in dict.fromkeys(note for source in sources for note in source.notes):
+            warn(note)
         _runs.check(sources, warn)
     except BaseException:
         for source in sources:

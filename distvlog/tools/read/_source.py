@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import format as fmt
 from ...errors import InputError
-from . import _header, _jsonl
+from . import _evidence, _header, _jsonl
 from ._arena import SLOT_BYTES, Slot, plain_alloc
 from ._block import Block, Counts
 from ._bytes import restamp
@@ -33,7 +33,13 @@ class Source:
 
     def __init__(self, file: InputFile, order: int, rank_of: dict[str, int], clock_correction: bool) -> None:
         self.file, self.path, self.order = file, file.path, order
-        self.stream = open_input(file)
+        self.notes: list[str] = []  # what to warn about once the inputs are open
+        if file.reader:
+            explicit = rank_given(rank_of, file.path)
+            rank = explicit if explicit is not None else file.name_rank
+            self.stream, self.notes = _evidence.convert(file.path, file.reader, rank)
+        else:
+            self.stream = open_input(file)
         self.size = self.stream.size
         self.counts = Counts()
         self._stream_done = self._done = False
@@ -120,7 +126,7 @@ class Source:
             self._calendar = Calendar(int(created[1]), int(created[2])) if created else None
         else:
             text = data[:n].tobytes()
-            tag = fmt.RANK_TAG_PATTERN.search(text) or NCCL_RANK.search(text)
+            tag = fmt.RANK_TAG_PATTERN.search(text) or (NCCL_RANK.search(text) if self.file.name_rank is None else None)
             default = int(tag.group(1)) if tag else self.file.name_rank
             self._rank_rule = RankRule(explicit, default)
             self.rank = explicit if explicit is not None else default

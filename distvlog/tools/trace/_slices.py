@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import format as fmt
-from ..read import Record
+from ..read import FR_COMPLETED, FR_DUMP, FR_ENQUEUED, FR_EVENTS, Record
 
 _PHASES = {
     fmt.BACKWARD_BEGIN: ("backward", "begin"),
@@ -22,8 +22,9 @@ _PHASES = {
     fmt.ALLREDUCE_END: ("allreduce", "end"),
 }
 # What the reader should hand us (a regex over block text, so most records are never decoded).
-WANTED = fmt.texts_pattern(fmt.BEGIN_RUN, fmt.FINISH_AD_API, *_PHASES, fmt.GRAD_STATS)
-KINDS = ("error", "backward", "allreduce", "warning", "node", "grad_stats")  # priority for --max-events
+WANTED = fmt.texts_pattern(fmt.BEGIN_RUN, fmt.FINISH_AD_API, *_PHASES, fmt.GRAD_STATS, *FR_EVENTS)
+KINDS = ("error", "backward", "allreduce", "collective", "warning", "node", "grad_stats")  # priority for --max-events
+FR_TRACK = "Flight Recorder"  # the track of a rank's collectives from its dump
 
 
 @dataclass
@@ -47,6 +48,8 @@ class SliceBuilder:
         self._buckets: dict[tuple[int, Any, Any], Slice] = {}
         self._last_run: dict[tuple[int, str], Slice] = {}  # (rank, node) -> its latest run
         self.last_ts: dict[int, int] = {}
+        self._collectives: dict[tuple[int, Any, Any], Slice] = {}  # (rank, group, seq) -> a dump's collective
+        self._enqueued: dict[int, list[int]] = {}  # rank -> when its dump's collectives were issued
 
     def add(self, rec: Record) -> None:
         self.last_ts[rec.rank] = max(rec.ts, self.last_ts.get(rec.rank, rec.ts))
@@ -64,6 +67,8 @@ class SliceBuilder:
             self._phase(*phase, track, rec)
         elif first == fmt.GRAD_STATS:
             self._grad_stats(rec)
+        elif first in FR_EVENTS and first != FR_DUMP:
+            self._collective(first, rec)
         if rec.severity in "WEF":
             kind = "warning" if rec.severity == "W" else "error"
             self.out.append(
@@ -114,6 +119,28 @@ class SliceBuilder:
         elif key in self._buckets:
             self._close(self._buckets.pop(key), rec)
 
+    def _collective(self, event: str, rec: Record) -> None:
+        """A Flight Recorder entry: a slice on the rank's collective track from its enqueue to its completion."""
+        key = (rec.rank, rec.fields.get("pg"), rec.fields.get("seq"))
+        if event == FR_ENQUEUED:
+            name = f"{rec.fields.get('op')} #{key[2]} group {key[1]}"
+            self._collectives[key] = Slice("collective", name, rec.rank, FR_TRACK, rec.ts, args=_args(rec))
+            self._enqueued.setdefault(rec.rank, []).append(rec.ts)
+        elif key in self._collectives:
+            s = self._collectives[key]
+            s.args[event.rpartition(" ")[2] + "_us"] = rec.ts
+            if event == FR_COMPLETED:
+                s.end = rec.ts
+                self.out.append(self._collectives.pop(key))
+
+    def _end_collective(self, s: Slice) -> None:
+        """A collective its dump knows no completion of (gloo): it ends where its rank issued the next one, the
+        latest it can have returned on a rank that waits for each; its rank's last one, at the rank's last record."""
+        later = [t for t in self._enqueued.get(s.rank, ()) if t > s.start]
+        s.end = min(later) if later else max(self.last_ts.get(s.rank, s.start), s.start)
+        s.args["ends"] = "next collective issued" if later else "unfinished: the rank's last record"
+        self.out.append(s)
+
     def _close(self, s: Slice, rec: Record) -> None:
         s.end = rec.ts
         for k, v in _args(rec).items():
@@ -138,6 +165,8 @@ class SliceBuilder:
             s.end = max(self.last_ts.get(s.rank, s.start), s.start)
             s.args["unfinished"] = True
             self.out.append(s)
+        for s in self._collectives.values():
+            self._end_collective(s)
         return self.out
 
 

@@ -1,0 +1,199 @@
+"""Other programs' evidence of a job, found in directories and read as our records: which reader a file
+needs, which rank it speaks for, and the records themselves as a stream of our JSON lines.
+
+The reader is chosen from the content (`sniff`, the first 4 KiB), never from the name alone: a Flight
+Recorder dump (pickle or JSON, _flight), a profiler's Chrome trace (_kineto), torchrun's `error.json`, or a
+torchrun worker's stdout/stderr, whose lines mostly carry no time of their own (_torchrun). Glog text (Paddle's workerlog.N, c10d / NCCL
+logs) goes to the glog reader as it is. Our own rank files are never sniffed: their names say what they are.
+
+The rank comes from what the evidence says: a trace's `distributedInfo.rank`, the launcher's layout (`attempt_K/R/`, `workerlog.N`, for one
+node the local rank is the global rank), the digits ending a dump's name (torch names dumps
+`<prefix><rank>`), and `--rank-of FILE=R` where nothing says it.
+
+Converted files are held compressed in memory (zlib), a stream the reader reads like a file: a thousand
+dumps of 2,000 entries each stay far below their size as Python objects.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ... import format as fmt
+from ...errors import InputError
+from . import _flight, _kineto, _torchrun, _unpickle
+
+FLIGHT, TORCHRUN_ERROR, WORKER_OUTPUT = "flight recorder dump", "torchrun error.json", "torchrun worker output"
+KINETO = "profiler trace"
+SNIFF_BYTES = 4096
+MAX_BYTES = 1 << 30  # a file read whole to be converted (a dump of 2,000 entries is a few MB)
+_DEPTH = 6  # how deep a directory is searched (torchrun: D/<run>/attempt_K/R/stdout.log)
+_MAX_FILES = 100_000
+_ATTEMPT = re.compile(r"attempt_\d+")
+_WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
+_WORKERLOG = re.compile(r"workerlog\.(\d+)")
+_TRAILING = re.compile(r"(\d+)(?:\.(?:pkl|pickle|json))?")
+
+
+def layout_rank(path: Path, reader: str | None) -> int | None:
+    """The rank a launcher's layout gives a file: attempt_K/R/{stdout,stderr}.log|error.json (torchrun),
+    workerlog.N (Paddle), for a dump or trace the digits ending its name; None when it gives none."""
+    name = path.name
+    if name in _WORKER_FILES and path.parent.name.isdigit() and _ATTEMPT.fullmatch(path.parent.parent.name):
+        return int(path.parent.name)
+    match = _WORKERLOG.fullmatch(name) or (_ends_in_digits(name) if reader in (FLIGHT, KINETO) else None)
+    return int(match.group(1)) if match else None
+
+
+def _ends_in_digits(name: str) -> re.Match[str] | None:
+    """Torch names a dump `<prefix><rank>` (a suffix added by hand kept): the digits ending the name."""
+    match = _TRAILING.search(name)
+    return match if match and match.end() == len(name) else None
+
+
+def is_worker_output(path: Path) -> bool:
+    return path.name in _WORKER_FILES[:2] and _ATTEMPT.fullmatch(path.parent.parent.name) is not None
+
+
+def sniff(path: Path) -> str | None:
+    """Which of our readers of other programs' files `path` needs, from its first bytes; None: a log for
+    the glog / JSON-lines reader (or not readable at all: it says why when it opens the file)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError:
+        return None
+    if _flight.looks_like(head):
+        return FLIGHT
+    if _kineto.looks_like(head):
+        return KINETO
+    if head.lstrip()[:1] == b"{" and _torchrun.is_error_json(head):
+        return TORCHRUN_ERROR
+    if is_worker_output(path) and not fmt.is_header_line(head.partition(b"\n")[0]):
+        return WORKER_OUTPUT
+    return None
+
+
+def find(directory: Path) -> list[Path]:
+    """The evidence under a directory: files a reader of ours reads (by content) with a rank their layout
+    gives (a profiler trace: its own), and Paddle's workerlog.N; in path order. Our own rank files are not
+    among them."""
+    found: list[Path] = []
+    for path in _walk(directory, 0, [0]):
+        if _WORKERLOG.fullmatch(path.name):
+            found.append(path)
+        elif path.suffix == ".json" or path.name in _WORKER_FILES or _ends_in_digits(path.name):
+            reader = sniff(path)  # only names a dump, a trace or torchrun's files can have are read
+            if reader == KINETO or (reader and layout_rank(path, reader) is not None):
+                found.append(path)
+    return sorted(found, key=lambda p: [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", str(p))])
+
+
+def _walk(directory: Path, depth: int, seen: list[int]) -> Iterator[Path]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        seen[0] += 1
+        if seen[0] > _MAX_FILES:
+            return
+        try:
+            if entry.is_dir(follow_symlinks=False) and depth < _DEPTH:
+                yield from _walk(Path(entry.path), depth + 1, seen)
+            elif entry.is_file() and not fmt.RANK_FILE_NAME.fullmatch(entry.name.removesuffix(".gz")):
+                yield Path(entry.path)
+        except OSError:
+            continue
+
+
+def _read_whole(path: Path) -> tuple[bytes, int]:
+    """The file's bytes and its last change (epoch µs), refused past MAX_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise InputError(f"{path}: {st.st_size:,} bytes, more than the {MAX_BYTES:,} read of such a file")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks), st.st_mtime_ns // 1000
+    finally:
+        os.close(fd)
+
+
+def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[str]]:
+    """The file's records as a stream of our JSON lines, and what to warn about once. `rank`: the one
+    --rank-of or the layout gives (a trace's own rank comes first)."""
+    data, mtime_us = _read_whole(path)
+    notes: list[str] = []
+    trace = None
+    if reader == KINETO:
+        try:
+            trace = _kineto.load(data)
+        except ValueError as exc:
+            raise InputError(f"{path}: {exc}") from None
+        rank = _kineto.rank_of(trace) if _kineto.rank_of(trace) is not None else rank
+    if rank is None:
+        raise InputError(
+            f"{path}: cannot tell which rank wrote it (it and its place say none); pass --rank-of {path}=R"
+        )
+    if trace is not None:
+        objs = _kineto.records(trace, rank)
+    elif reader == FLIGHT:
+        try:
+            dump, cut = _flight.load(data)
+        except _unpickle.Refused as exc:
+            raise InputError(f"{path}: refused: the pickle {exc}") from None
+        except _flight.NotADump as exc:
+            raise InputError(f"{path}: {exc}") from None
+        if cut:
+            notes.append(f"{path}: the Flight Recorder dump is cut short; its whole entries are read")
+        if (note := _flight.version_note(dump)) is not None:
+            notes.append(note)
+        objs = _flight.records(dump, cut, rank, mtime_us)
+    elif reader == TORCHRUN_ERROR:
+        objs = _torchrun.error_records(data, rank, mtime_us, path.name)
+    else:
+        objs = _torchrun.output_records(data, rank, mtime_us, path.name)
+    return Converted(path, b"".join(fmt.json_record(obj) for obj in objs)), notes
+
+
+class Converted:
+    """Converted records read like a file (the reader's ByteStream interface), kept compressed."""
+
+    damage: str | None = None
+    cut_lines = 0
+
+    def __init__(self, path: Path, text: bytes) -> None:
+        self.path, self.size = path, len(text)
+        self._packed = zlib.compress(text, 1)
+        self.rewind()
+
+    def rewind(self) -> bool:
+        self._unpack, self._input, self._pending, self.out = zlib.decompressobj(), self._packed, b"", 0
+        return True
+
+    def readinto(self, view: np.ndarray) -> int:
+        if not self._pending and self._input:
+            self._pending = self._unpack.decompress(self._input, 1 << 20)
+            self._input = self._unpack.unconsumed_tail
+        got = min(len(view), len(self._pending))
+        view[:got] = np.frombuffer(self._pending, np.uint8, got)
+        self._pending = self._pending[got:]
+        self.out += got
+        return got
+
+    def progress(self) -> int:
+        return self.out
+
+    def close(self) -> None:
+        self._pending = b""
