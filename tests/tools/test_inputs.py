@@ -126,13 +126,15 @@ def test_the_same_file_twice_is_read_once(tmp_path, cli):
 
 
 def test_files_from_different_runs_are_read_with_a_warning(tmp_path, cli):
-    (tmp_path / "rank-0.log").write_text(ours(0, [(T0, "I from run a")], world=2, run_id="a"))
-    (tmp_path / "rank-1.log").write_text(ours(1, [(T0 + 1, "I from run b")], world=2, run_id="b"))
-    code, out, err = cli("merge", tmp_path)
+    mixed = tmp_path / "mixed"  # (its siblings are this test's alone: none holds a missing rank)
+    mixed.mkdir()
+    (mixed / "rank-0.log").write_text(ours(0, [(T0, "I from run a")], world=2, run_id="a"))
+    (mixed / "rank-1.log").write_text(ours(1, [(T0 + 1, "I from run b")], world=2, run_id="b"))
+    code, out, err = cli("merge", mixed)
     assert code == 0 and "from run a" in out and "from run b" in out
     assert err.splitlines()[:3] == [
-        f"distvlog merge: warning: the input files are from 2 different runs: a ({tmp_path}/rank-0.log); "
-        f"b ({tmp_path}/rank-1.log)",
+        f"distvlog merge: warning: the input files are from 2 different runs: a ({mixed}/rank-0.log); "
+        f"b ({mixed}/rank-1.log)",
         "distvlog merge: warning: no log read from rank 1 of 2 (run a)",
         "distvlog merge: warning: no log read from rank 0 of 2 (run b)",
     ]

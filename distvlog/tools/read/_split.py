@@ -1,7 +1,8 @@
 """A job split across run directories: the ranks of one job that named their runs apart (distvlog before run
 ids were agreed per job wrote one run per MPICH host proxy, per torchrun agent, per time zone).
 
-A run that lacks ranks of its world size is such a part when sibling run directories (in the same log root),
+A run that lacks ranks of its world size is such a part when sibling run directories in the same log root (a
+folder the logger keeps its `latest` link or `.jobs` claims in: never a folder of unrelated directories),
 created within SPLIT_WINDOW_S of it, hold exactly the missing ranks, each with the same world size.
 """
 
@@ -17,12 +18,15 @@ from ... import format as fmt
 
 SPLIT_WINDOW_S = 30  # how far apart the parts' first files were created: the ranks of one job start together
 _HEAD_BYTES = 4096
+_ROOT_MARKS = ("latest", ".jobs")  # what the logger keeps in a log root beside its runs
 
 
 def parts_holding(run_dir: Path, world_size: int, created_us: int, missing: set[int]) -> list[Path]:
     """The sibling run directories of `run_dir` that together hold exactly the `missing` ranks of a job of
     `world_size` started at `created_us` (epoch µs); [] when they do not."""
     found: dict[int, Path] = {}
+    if not any(os.path.lexists(run_dir.parent / name) for name in _ROOT_MARKS):
+        return []
     with contextlib.suppress(OSError), os.scandir(run_dir.parent) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             if entry.name.startswith(".") or entry.path == str(run_dir) or not entry.is_dir(follow_symlinks=False):
