@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -198,7 +197,10 @@ def run(args: argparse.Namespace) -> int:
             cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, **stop.LAUNCHER_SESSION
         )
     code, stopped = _wait(
-        proc, run_dir, args, lambda: _watch(run_dir, proc, args) if args.watch else _follow(run_dir, proc)
+        proc,
+        run_dir,
+        args,
+        lambda stopper: _watch(run_dir, proc, args, stopper) if args.watch else _follow(run_dir, proc),
     )
     print(f"distvlog launch: the ranks' output: {output}", file=sys.stderr, flush=True)
     return _status(stopped, report.after_run(run_dir, args.n, code, started))
@@ -218,15 +220,16 @@ def _follow(run_dir: Path, proc: subprocess.Popen) -> None:
     follow(args, stop=lambda: proc.poll() is not None)
 
 
-def _watch(run_dir: Path, proc: subprocess.Popen, args: argparse.Namespace) -> None:
-    """`distvlog watch RUN_DIR` until the job has exited; --stop-on-error stops it through the launcher."""
+def _watch(run_dir: Path, proc: subprocess.Popen, args: argparse.Namespace, stopper: stop.Stopper) -> None:
+    """`distvlog watch RUN_DIR` until the job has exited; --stop-on-error stops it through the launcher, and
+    `launch` then exits 1, as `diff` does for an error."""
     from ..tools.watch import watch
 
     watch(
         run_dir,
         stop_on_error=args.stop_on_error,
         hang_after=args.hang_after,
-        launcher_stop=lambda: proc.send_signal(signal.SIGTERM),
+        launcher_stop=lambda: stopper.stop(1),
         job_ended=lambda: proc.poll() is not None,
     )
 
@@ -245,14 +248,17 @@ def _check_writable(root: Path, given: str | None) -> None:
 
 
 def _wait(
-    proc: subprocess.Popen, run_dir: Path, args: argparse.Namespace, watch: Callable[[], None] | None = None
+    proc: subprocess.Popen,
+    run_dir: Path,
+    args: argparse.Namespace,
+    watch: Callable[[stop.Stopper], None] | None = None,
 ) -> tuple[int, int | None]:
-    """The launcher's exit code (128+N after signal N), after `watch()` (which returns once the job exited),
+    """The launcher's exit code (128+N after signal N), after `watch(stopper)` (which returns once the job exited),
     and the exit status the job's stop calls for (None if nothing stopped it): a signal or a timeout stops
     the ranks, and we wait for them, so that their logs are complete before the merge."""
     with stop.Stopper(proc, run_dir, args.timeout, args.idle_timeout) as stopper:
         if watch is not None:
-            watch()
+            watch(stopper)
         code = proc.wait()
     return (128 - code if code < 0 else code), stopper.status
 

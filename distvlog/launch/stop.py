@@ -97,12 +97,18 @@ class Stopper:
                 f"{name}: stopping the ranks, then merging their logs ({name} again kills them)",
             )
 
-    def _stop(self, signum: int, status: int, text: str) -> None:
+    def stop(self, status: int) -> None:
+        """Stop the job as a timeout does, for a reason its caller has said (`launch --watch`'s verdict), the
+        exit status `status`."""
+        self._stop(signal.SIGTERM, status, None)
+
+    def _stop(self, signum: int, status: int, text: str | None) -> None:
         with self._lock:
             if self.status is not None:
                 return
             self.status = status
-        _say(text)
+        if text:
+            _say(text)
         self._send(signum)
 
     def _send(self, signum: int) -> None:
