@@ -9,7 +9,10 @@ start-up is most of a small merge's time.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
+import io
 import os
 import sys
 
@@ -66,16 +69,47 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
         if not hasattr(args, "paths") or any(e.startswith("-") for e in extra):
             args.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
         args.paths += extra
+    if sys.stdout is None:  # started with stdout closed (`>&-`): a command that writes there says so, once
+        _discard_stdout()  # (and no file the tool opens takes descriptor 1, as if it were stdout)
+        sys.stdout = _Closed()
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # (what is left to write fails here, where it can be said, not at exit)
+        return code
     except InputError as exc:
         print(f"distvlog {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `distvlog merge ... | head`
         sys.stderr.close()
         return 0
+    except OSError as exc:  # the output cannot be written (`> /dev/full`, `>&-`): one line, never a traceback
+        _discard_stdout()
+        print(
+            f"distvlog {args.command}: error: cannot write {exc.filename or 'the output'}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _discard_stdout() -> None:
+    """What is still buffered for stdout goes nowhere: the flush at exit would fail again, with a traceback."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        if devnull != 1:  # (1 itself when it was closed)
+            os.dup2(devnull, 1)
+            os.close(devnull)
+
+
+class _Closed(io.TextIOBase):
+    """sys.stdout when there is none: writing raises the OSError a closed descriptor gives."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed", "stdout")
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "stdout is closed", "stdout")
 
 
 def command() -> int:

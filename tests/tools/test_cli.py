@@ -10,7 +10,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from tools_logfiles import ROOT
 
 from distvlog.cli import COMMANDS, build_parser
@@ -149,3 +151,42 @@ def test_every_commands_help_is_whole():
         description = proc.stdout.split("\n\n")[1]
         assert description.rstrip().endswith((".", ")")), (name, description)
         assert proc.stdout.rstrip().splitlines()[-1].strip(), name
+
+
+GUARDED = """
+import distvlog as dv
+x = dv.randn([4, 3], dtype="float32")
+x.stop_gradient = False
+with dv.backward_vlog_guard(5):
+    y = (x * x).sum()
+y.backward()
+"""
+
+
+@pytest.fixture(scope="module")
+def guarded_run(tmp_path_factory) -> Path:
+    """A one-process run with gradient statistics (what diff, trace and watch read)."""
+    logs = tmp_path_factory.mktemp("guarded")
+    env = dict(os.environ, DISTVLOG_LOG_DIR=str(logs), DISTVLOG_RUN_ID="run", PYTHONPATH=str(ROOT))
+    subprocess.run([sys.executable, "-c", GUARDED], env=env, check=True, capture_output=True, timeout=120)
+    return logs / "run"
+
+
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+@pytest.mark.parametrize("tool", ["merge", "diff", "trace"])
+def test_a_closed_or_full_stdout_is_one_line_never_a_traceback(guarded_run, tool, stdout):
+    """`distvlog TOOL RUN >&-` and `> /dev/full`: exit 2 and one line naming what could not be written."""
+    args = ["-o", "-"] if tool == "trace" else []
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "distvlog", tool, str(guarded_run), *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            preexec_fn=(lambda: os.close(1)) if stdout == "closed" else None,
+            timeout=120,
+        )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(f"distvlog {tool}: error: cannot write "), proc.stderr
