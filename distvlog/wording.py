@@ -24,6 +24,16 @@ def ranks_text(ranks: Iterable[int]) -> str:
     return f"rank {text}" if len(runs) == 1 and len(runs[0]) == 1 else f"ranks {text}"
 
 
+# Control characters but newline and tab (C0, DEL and C1: what terminals act on) as `\x1b`.
+_SHOWN = {c: f"\\x{c:02x}" for c in [*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
+
+
+def shown(text: str) -> str:
+    """`text` as it may go to a terminal: logged text is anyone's, and an escape sequence in an exception's
+    message must not recolour, retitle or clear the user's terminal. Newlines and tabs stay."""
+    return text.translate(_SHOWN)
+
+
 MAX_GROUPS = 4  # groups of ranks a summary names before it gives a range instead
 
 

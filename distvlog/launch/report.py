@@ -16,7 +16,7 @@ from .. import format as fmt
 from ..errors import InputError
 from ..logger import PACKAGE_DIR
 from ..tools.read import Record, open_sources
-from ..wording import MAX_GROUPS, plural, ranks_text
+from ..wording import MAX_GROUPS, plural, ranks_text, shown
 
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
 _SIGNALLED = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
@@ -25,7 +25,7 @@ _WEF = np.frombuffer(b"WEF", np.uint8)
 
 
 def _say(text: str) -> None:
-    print(f"distvlog launch: {text}", file=sys.stderr, flush=True)
+    print(f"distvlog launch: {shown(text)}", file=sys.stderr, flush=True)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .. import format as fmt
 from ..errors import InputError
-from ..wording import plural, ranks_text
+from ..wording import plural, ranks_text, shown
 
 WAIT_S = 5.0  # ranks on other hosts look at the request once a second
 _POLL_S = 0.05
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.path}: no rank files in {run_dir}")
     asked = ask(run_dir, ranks, args.wait)
     head = f"stacks of {plural(len(ranks), 'rank')} ({run_dir}), grouped by identical stack:"
-    sys.stdout.write("\n".join([head, *grouped(asked)]) + "\n")
+    sys.stdout.write(shown("\n".join([head, *grouped(asked)])) + "\n")
     return 1 if asked.missing else 0
 
 

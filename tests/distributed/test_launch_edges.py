@@ -54,3 +54,31 @@ def test_a_fork_pool_inside_a_launched_rank_keeps_its_signals(run_cli, tmp_path)
     assert sum(text.count("] in a worker x=") for text in files.values()) == 16
     assert not [name for name, text in files.items() if "SIGTERM" in text]
     assert "SIGTERM" not in proc.stderr
+
+
+ABORTED = """
+import time
+import distvlog as dv
+
+dv.get_logger().info("started")
+if dv.get_rank() == 1:
+    raise RuntimeError("bad \\x1b[31mred\\x1b]0;title\\x07 \\x9bthe end")
+time.sleep(60)  # the others: ended by MPI's abort, with SIGKILL
+"""
+
+
+def test_an_aborted_jobs_files_read_as_text_and_its_failure_is_safe_for_a_terminal(run_cli, tmp_path):
+    """Rank 1 raises; MPI aborts the job and kills the others. Every rank file is text (no NUL reserve left:
+    `grep` reads it), and launch's own lines show the message's control characters escaped."""
+    (tmp_path / "aborted.py").write_text(ABORTED)
+    proc = run_cli("launch", "-n", "3", "aborted.py")
+    assert proc.returncode == 1, proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("distvlog launch:")]
+    failed = next(line for line in ours if "failed: RuntimeError" in line)
+    assert "bad \\x1b[31mred\\x1b]0;title\\x07 \\x9bthe end" in failed, failed
+    assert not [line for line in ours if re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", line)], ours
+    files = sorted(run_dir_of(proc).glob("rank-*.log"))
+    assert len(files) == 3
+    for path in files:
+        data = path.read_bytes()
+        assert b"\0" not in data and b"] started" in data, (path, data[-200:])

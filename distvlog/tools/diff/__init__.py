@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ...wording import shown
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
 from ._against import add_arguments as add_run_against_arguments
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     say_runs_read("diff", args.paths)
     if args.output in (None, "-"):
         report = analyse(load(args.paths, warner("diff")))
-        sys.stdout.write(_text(report, args))
+        sys.stdout.write(shown(_text(report, args)))
         return report.exit_code
     with output(args.output, [f.path for f in resolve_inputs(args.paths)]) as fd:  # refused before the reading
         report = analyse(load(args.paths, warner("diff")))

@@ -11,6 +11,7 @@ import os
 import sys
 
 from ...errors import InputError
+from ...wording import shown
 from ..output import output, write_all
 from ..read import resolve_inputs, say_runs_read, warner
 from ._departure import DEFAULT_RTOL, RunsReport, analyse_runs
@@ -72,7 +73,7 @@ def run_against(args: argparse.Namespace, run_a: str, run_b: str) -> int:
 
     if args.output in (None, "-"):
         report = judged()
-        sys.stdout.write(_text(report, args.json))
+        sys.stdout.write(shown(_text(report, args.json)))
         return report.exit_code
     with output(args.output, [f.path for f in resolve_inputs([run_a, run_b])]) as fd:  # refused before the reading
         report = judged()

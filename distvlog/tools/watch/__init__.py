@@ -38,6 +38,7 @@ def __getattr__(name: str) -> Any:
 
 def _printer(as_json: bool) -> Callable[[Any, bool, bool], None]:
     from ...format import dumps
+    from ...wording import shown
     from ..diff import as_dict, line
     from ._hang import Hang, text
 
@@ -48,7 +49,7 @@ def _printer(as_json: bool) -> Callable[[Any, bool, bool], None]:
             out = text(finding)
         else:
             out = ("" if error else "note: ") + line(finding)
-        sys.stdout.write(out + "\n")
+        sys.stdout.write(shown(out) + "\n")
         sys.stdout.flush()
 
     return emit
