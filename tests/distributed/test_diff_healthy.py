@@ -13,33 +13,22 @@ from test_diff_faults import TRAIN, run_dir_of
 from distvlog.cli import main
 
 STEPS = 200
-# (ranks, seed, optimizer, overlap, guard level, batch size, data): 20 distinct configurations on synthetic
-# data, which always run, and 4 on the digits, which need scikit-learn
+# (ranks, seed, optimizer, overlap, guard level, batch size, data): 10 distinct configurations on synthetic
+# data, which always run (2 to 8 ranks, both optimizers, overlap on and off, levels 5 and 6, batches of 4 to
+# 32), and 2 on the digits, which need scikit-learn
 MATRIX = [
     (2, 0, "sgd", False, 5, 32, "synthetic"),
     (2, 1, "adam", True, 6, 8, "synthetic"),
-    (2, 2, "adam", False, 5, 8, "synthetic"),
-    (2, 3, "sgd", True, 5, 4, "synthetic"),
-    (3, 4, "adam", False, 5, 32, "synthetic"),
     (3, 5, "sgd", True, 6, 8, "synthetic"),
     (3, 6, "adam", True, 5, 16, "synthetic"),
-    (4, 7, "adam", False, 5, 32, "synthetic"),
     (4, 8, "sgd", False, 6, 32, "synthetic"),
     (4, 9, "adam", True, 5, 8, "synthetic"),
-    (4, 10, "sgd", True, 5, 8, "synthetic"),
     (4, 11, "adam", False, 6, 4, "synthetic"),
-    (5, 12, "sgd", False, 5, 16, "synthetic"),
     (5, 13, "adam", True, 5, 32, "synthetic"),
-    (6, 14, "adam", False, 5, 8, "synthetic"),
     (6, 15, "sgd", True, 6, 32, "synthetic"),
     (8, 16, "adam", True, 5, 8, "synthetic"),
-    (6, 17, "sgd", False, 5, 32, "synthetic"),
-    (2, 22, "sgd", True, 6, 16, "synthetic"),
-    (3, 23, "adam", False, 6, 4, "synthetic"),
     (2, 18, "adam", False, 5, 8, "digits"),
     (4, 19, "adam", True, 6, 32, "digits"),
-    (4, 20, "sgd", False, 5, 8, "digits"),
-    (3, 21, "adam", False, 5, 8, "digits"),
 ]
 HAS_DIGITS = importlib.util.find_spec("sklearn") is not None
 
