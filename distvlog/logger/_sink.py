@@ -95,6 +95,7 @@ class RankFile:
         self._lock = threading.RLock()  # an RLock knows its owner: see flush_for_signal
         self._buf = bytearray()  # whole records only, while there is no mapped window
         self._fd = -1
+        self._unwritten: int | None = None  # on stderr for a rank of several: records below WARNING left out
         self._map: mmap.mmap | None = None  # the window records are copied into (None: the buffer is used)
         self._base = 0  # the window's offset in the file
         self._reserved = 0  # where this process's reserve ends: the file's size, unless someone appended
@@ -138,12 +139,15 @@ class RankFile:
             except ValueError:  # full, or closed meanwhile
                 self._locked(self._place, record)
         elif self._fd >= 0 and not self._mapping:  # written with os.write: stderr, /dev/null, after exit
+            if self._unwritten is not None:  # (a rank of several on stderr: warnings and above only)
+                self._unwritten += 1
+                return
             buf = self._buf
             buf.extend(record)
             if len(buf) >= self.buffer_bytes:
                 self.flush()
         else:  # no file yet, or no window while the reserve fails
-            self._locked(self._place, record)
+            self._locked(self._place_below_warning, record)
         if self.echo_all:
             _echo(record)
         if self._deferred_signal:
@@ -241,6 +245,11 @@ class RankFile:
         self._mapping = False
         self._unmap_locked()
         self._flush_locked()
+        if self._unwritten:
+            _echo(
+                f"distvlog: rank {IDENTITY.rank}: {self._unwritten} records below WARNING were not written\n".encode()
+            )
+            self._unwritten = 0
 
     def _unmap_locked(self) -> None:
         if self._map is not None:
@@ -262,6 +271,16 @@ class RankFile:
         buf.extend(record)
         if len(buf) >= self.buffer_bytes:
             self._flush_locked()
+
+    def _place_below_warning(self, record: bytes) -> None:
+        """`_place` for a record below WARNING: the first one opens the file, and may find it cannot (see
+        `_log_to_stderr`)."""
+        if self._fd < 0:
+            self._open_locked()
+        if self._unwritten is not None:
+            self._unwritten += 1
+        else:
+            self._place(record)
 
     def _map_window(self, need: int) -> None:
         """Map the window after the current one (or the first), large enough for `need` more bytes; without
@@ -493,8 +512,13 @@ class RankFile:
 
     def _log_to_stderr(self, where: object, reason: str) -> None:
         """As glog does when it cannot create its file: say so once, then write every record to stderr (once,
-        as it comes), so a bad log directory never stops the job."""
-        _echo(f"distvlog: cannot log to {where}: {reason}; logging to stderr\n".encode())
+        as it comes), so a bad log directory never stops the job. A rank of several writes only its warnings
+        and errors there (unless DISTVLOG_ALSOLOGTOSTDERR=1): a thousand ranks' info records would bury the
+        console; it counts the others and says how many at exit."""
+        some = IDENTITY.world_size > 1 and not self.echo_all
+        self._unwritten = 0 if some else None
+        what = "warnings and errors" if some else "logging"
+        _echo(f"distvlog: cannot log to {where}: {reason}; {what} to stderr\n".encode())
         try:
             self._fd = os.dup(2)  # the sink's own descriptor: a forked child closes it, not its stderr
         except OSError:  # no stderr either

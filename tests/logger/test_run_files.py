@@ -275,3 +275,15 @@ def test_the_distvlog_tools_write_no_log_file_even_when_they_crash(scripts):
     assert "RuntimeError: a bug in the tool" in run.proc.stderr  # Python's traceback, once
     assert run.proc.stderr.count("Traceback") == 1
     assert not scripts.log_dir.exists() and not (scripts.tmp / "distvlog_logs").exists()
+
+
+def test_a_rank_of_several_sends_only_its_warnings_to_stderr_and_counts_the_rest(scripts):
+    """An unusable log directory under a job of several ranks: each rank says so once, writes its warnings and
+    errors to stderr and says at exit how many records it left out (a thousand ranks' info records would bury
+    the console)."""
+    (scripts.tmp / "a-file").write_text("not a directory\n")
+    run = scripts.run(LOGS, env={"DISTVLOG_LOG_DIR": str(scripts.tmp / "a-file"), "PMI_RANK": "1", "PMI_SIZE": "4"})
+    lines = run.proc.stderr.splitlines()
+    assert lines[0] == f"distvlog: cannot log to {scripts.tmp / 'a-file'}: File exists; warnings and errors to stderr"
+    assert [line.split("] [rank 1] ")[1] for line in lines if GLOG_PREFIX.match(line)] == ["careful", "broken"]
+    assert lines[-1] == "distvlog: rank 1: 3 records below WARNING were not written"
