@@ -255,6 +255,10 @@ NODE = "node"  # the field naming the GradNode a record is about
 # starts, a failed consistency check's own record.
 PARAMETER_LAYOUT, PARAMETERS, CHECK_FAILED = "parameter layout", "parameters", "DataParallel check failed"
 LOSS = "loss"  # a field `report` plots for any record with a `step`
+# The records a Flight Recorder dump becomes (tools/read/_flight): each entry at its enqueue, start and
+# completion times, and the dump itself.
+FR_ENQUEUED, FR_STARTED, FR_COMPLETED, FR_DUMP = "fr enqueued", "fr started", "fr completed", "fr dump"
+FR_EVENTS = (FR_ENQUEUED, FR_STARTED, FR_COMPLETED, FR_DUMP)
 BANNER_EDGE = "=" * 26  # either side of a banner's title
 _NODE_LABEL = re.compile(r"(\w+)\(0x[0-9a-fA-F]+\)")
 

@@ -13,10 +13,6 @@ from typing import Any
 from ... import format as fmt
 from ...errors import InputError
 from ..read import (
-    FR_DUMP,
-    FR_ENQUEUED,
-    FR_EVENTS,
-    FR_STARTED,
     Record,
     Warn,
     after_reading,
@@ -33,7 +29,7 @@ _DP_EVENTS = (
     fmt.ALLREDUCE_PARAM,
     fmt.PARAMETER_LAYOUT,
     fmt.PARAMETERS,
-    *FR_EVENTS,
+    *fmt.FR_EVENTS,
 )
 WANTED = re.compile(
     b"|".join(p.pattern for p in (fmt.messages_pattern(fmt.GRAD_STATS, *_DP_EVENTS), fmt.texts_pattern(*SIGNAL_MARKS))),
@@ -238,7 +234,7 @@ class Loader:
             _collective(mine, rec, first, self._open)
         elif first == fmt.PARAMETERS:
             _parameters(mine, rec)
-        elif first in FR_EVENTS:
+        elif first in fmt.FR_EVENTS:
             _flight(mine, rec, first)
         elif first == fmt.PARAMETER_LAYOUT:
             mine.names = [str(n) for n in _list(rec.fields.get("names"))]
@@ -308,11 +304,11 @@ def _loss(mine: RankLogs, rec: Record) -> None:
 
 def _flight(mine: RankLogs, rec: Record, event: str) -> None:
     f = rec.fields
-    if event == FR_DUMP:
+    if event == fmt.FR_DUMP:
         mine.dump = f
         return
     key = (str(f.get("pg")), _int(f.get("seq"), -1), f.get("p2p") is True)
-    if event == FR_ENQUEUED:
+    if event == fmt.FR_ENQUEUED:
         timeout = f.get("timeout_ms")
         entry = FrEntry(
             *key[:2],
@@ -329,7 +325,7 @@ def _flight(mine: RankLogs, rec: Record, event: str) -> None:
         return
     entry = next((e for e in reversed(mine.flight) if (e.pg, e.seq, e.p2p) == key), None)
     if entry is not None:
-        setattr(entry, "started" if event == FR_STARTED else "completed", rec.ts)
+        setattr(entry, "started" if event == fmt.FR_STARTED else "completed", rec.ts)
 
 
 def _parameters(mine: RankLogs, rec: Record) -> None:

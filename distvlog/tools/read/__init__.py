@@ -20,7 +20,6 @@ from ._arena import Arena, Slot
 from ._block import Block, Counts
 from ._bytes import restamp, take
 from ._files import parse_int_list, resolve_inputs, trim_left_by_the_dead
-from ._flight import FR_COMPLETED, FR_DUMP, FR_ENQUEUED, FR_EVENTS, FR_STARTED
 from ._header import Clock
 from ._notes import Warn, after_reading, ignore, say_runs_read, skipped_text, total, warner
 from ._open import add_input_arguments, open_inputs, open_sources, read_records
@@ -34,11 +33,6 @@ __all__ = [
     "PAD",
     "Clock",
     "Counts",
-    "FR_COMPLETED",
-    "FR_DUMP",
-    "FR_ENQUEUED",
-    "FR_EVENTS",
-    "FR_STARTED",
     "Record",
     "Slot",
     "Source",

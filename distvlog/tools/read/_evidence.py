@@ -27,7 +27,6 @@ import numpy as np
 
 from ... import format as fmt
 from ...errors import InputError
-from . import _flight, _kineto, _torchrun, _unpickle
 
 FLIGHT, TORCHRUN_ERROR, WORKER_OUTPUT = "flight recorder dump", "torchrun error.json", "torchrun worker output"
 KINETO = "profiler trace"
@@ -69,6 +68,8 @@ def sniff(path: Path) -> str | None:
             head = f.read(SNIFF_BYTES)
     except OSError:
         return None
+    from . import _flight, _kineto, _torchrun  # (only where a file may be evidence: our own files need none)
+
     if _flight.looks_like(head):
         return FLIGHT
     if _kineto.looks_like(head):
@@ -133,6 +134,8 @@ def _read_whole(path: Path) -> tuple[bytes, int]:
 def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[str]]:
     """The file's records as a stream of our JSON lines, and what to warn about once. `rank`: the one
     --rank-of or the layout gives (a trace's own rank comes first)."""
+    from . import _flight, _kineto, _torchrun, _unpickle
+
     data, mtime_us = _read_whole(path)
     notes: list[str] = []
     trace = None

@@ -24,11 +24,6 @@ import orjson
 from ... import format as fmt
 from . import _unpickle
 
-FR_ENQUEUED = "fr enqueued"
-FR_STARTED = "fr started"
-FR_COMPLETED = "fr completed"
-FR_DUMP = "fr dump"
-FR_EVENTS = (FR_ENQUEUED, FR_STARTED, FR_COMPLETED, FR_DUMP)
 TESTED_VERSIONS = ("2.10",)  # what torch 2.13 writes; older versions have fewer fields, read by presence
 _KEYS = (b"pg_config", b"pg_status", b"entries", b"comm_lib_version", b"nccl_comm_state")
 _NO_FRAME = ("flight_recorder", 0)
@@ -138,7 +133,7 @@ def records(dump: dict[str, Any], cut: bool, rank: int, dumped_us: int) -> list[
             fmt.TID: 0,
             fmt.FILE: _NO_FRAME[0],
             fmt.LINE: 0,
-            fmt.EVENT: FR_DUMP,
+            fmt.EVENT: fmt.FR_DUMP,
             "version": str(dump.get("version", "")),
             "world": world,  # a field too: the reader keeps no record's world_size
             "entries": len(entries),
@@ -182,7 +177,7 @@ def _entry_records(entry: dict[str, Any], rank: int, world: int | None) -> list[
         fmt.TS: created // 1000,
         fmt.SEVERITY: "I",
         **common,
-        fmt.EVENT: FR_ENQUEUED,
+        fmt.EVENT: fmt.FR_ENQUEUED,
         **ids,
         "sizes": entry.get("input_sizes"),
         "dtypes": entry.get("input_dtypes"),
@@ -200,10 +195,15 @@ def _entry_records(entry: dict[str, Any], rank: int, world: int | None) -> list[
     if user:
         enqueued["stack"] = [_frame_text(f) for f in user[:_FRAMES_KEPT]]
     out = [enqueued]
-    for event, key in ((FR_STARTED, "time_discovered_started_ns"), (FR_COMPLETED, "time_discovered_completed_ns")):
+    for event, key in (
+        (fmt.FR_STARTED, "time_discovered_started_ns"),
+        (fmt.FR_COMPLETED, "time_discovered_completed_ns"),
+    ):
         at = _int(entry.get(key))
         if at:  # None in pickle, 0 in JSON: not known
-            extra = {"duration_ms": entry["duration_ms"]} if event == FR_COMPLETED and "duration_ms" in entry else {}
+            extra = (
+                {"duration_ms": entry["duration_ms"]} if event == fmt.FR_COMPLETED and "duration_ms" in entry else {}
+            )
             out.append({fmt.TS: at // 1000, fmt.SEVERITY: "I", **common, fmt.EVENT: event, **ids, **extra})
     return out
 

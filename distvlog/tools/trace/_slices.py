@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import format as fmt
-from ..read import FR_COMPLETED, FR_DUMP, FR_ENQUEUED, FR_EVENTS, Record
+from ..read import Record
 
 _PHASES = {
     fmt.BACKWARD_BEGIN: ("backward", "begin"),
@@ -22,7 +22,7 @@ _PHASES = {
     fmt.ALLREDUCE_END: ("allreduce", "end"),
 }
 # What the reader should hand us (a regex over block text, so most records are never decoded).
-WANTED = fmt.texts_pattern(fmt.BEGIN_RUN, fmt.FINISH_AD_API, *_PHASES, fmt.GRAD_STATS, *FR_EVENTS)
+WANTED = fmt.texts_pattern(fmt.BEGIN_RUN, fmt.FINISH_AD_API, *_PHASES, fmt.GRAD_STATS, *fmt.FR_EVENTS)
 KINDS = ("error", "backward", "allreduce", "collective", "warning", "node", "grad_stats")  # priority for --max-events
 FR_TRACK = "Flight Recorder"  # the track of a rank's collectives from its dump
 
@@ -67,7 +67,7 @@ class SliceBuilder:
             self._phase(*phase, track, rec)
         elif first == fmt.GRAD_STATS:
             self._grad_stats(rec)
-        elif first in FR_EVENTS and first != FR_DUMP:
+        elif first in fmt.FR_EVENTS and first != fmt.FR_DUMP:
             self._collective(first, rec)
         if rec.severity in "WEF":
             kind = "warning" if rec.severity == "W" else "error"
@@ -122,14 +122,14 @@ class SliceBuilder:
     def _collective(self, event: str, rec: Record) -> None:
         """A Flight Recorder entry: a slice on the rank's collective track from its enqueue to its completion."""
         key = (rec.rank, rec.fields.get("pg"), rec.fields.get("seq"))
-        if event == FR_ENQUEUED:
+        if event == fmt.FR_ENQUEUED:
             name = f"{rec.fields.get('op')} #{key[2]} group {key[1]}"
             self._collectives[key] = Slice("collective", name, rec.rank, FR_TRACK, rec.ts, args=_args(rec))
             self._enqueued.setdefault(rec.rank, []).append(rec.ts)
         elif key in self._collectives:
             s = self._collectives[key]
             s.args[event.rpartition(" ")[2] + "_us"] = rec.ts
-            if event == FR_COMPLETED:
+            if event == fmt.FR_COMPLETED:
                 s.end = rec.ts
                 self.out.append(self._collectives.pop(key))
 
