@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
         sys.stderr.close()
         return 0
     except OSError as exc:  # the output cannot be written (`> /dev/full`, `>&-`): one line, never a traceback
+        if exc.errno not in _UNWRITABLE:
+            raise
         _discard_stdout()
         print(
             f"distvlog {args.command}: error: cannot write {exc.filename or 'the output'}: {exc.strerror}",
@@ -91,6 +93,9 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+_UNWRITABLE = {errno.EBADF, errno.ENOSPC, errno.EFBIG, errno.EDQUOT}  # what writing to a closed or full output raises
 
 
 def _discard_stdout() -> None:
