@@ -9,7 +9,6 @@ what they print is tested where each tool is."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -131,20 +130,21 @@ def _first_command(line: str) -> list[str]:
     return words
 
 
-def _script_parser(script: Path):
-    """The `parse_args()` of a launch/ script (imported: its `main()` runs only as __main__)."""
-    sys.path.insert(0, str(script.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(f"doc_check_{script.stem}", script)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.parse_args
-    finally:
-        sys.path.remove(str(script.parent))
+# A launch/ script's `parse_args()` on the arguments shown, in a process of its own (the script imports
+# torch and sets its threads' environment as it loads: none of it may leak into the tests' process).
+_PARSE_ONLY = """
+import importlib.util, sys
+sys.path.insert(0, sys.argv[1])
+spec = importlib.util.spec_from_file_location("doc_check", sys.argv[2])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)  # (its main() runs only as __main__)
+sys.argv = sys.argv[2:]
+module.parse_args()
+"""
 
 
 @pytest.mark.parametrize("where,argv", _doc_commands(), ids=lambda v: v if isinstance(v, str) else "")
-def test_each_command_in_the_docs_is_accepted_as_written(where, argv, monkeypatch, tmp_path):
+def test_each_command_in_the_docs_is_accepted_as_written(where, argv, tmp_path):
     """`distvlog ...` lines parse with distvlog's own parser; a launch/ script's flags with the script's."""
     env_free = [a for a in argv if not re.fullmatch(r"[A-Z_]+=\S*", a)]
     program, args = env_free[0], env_free[1:]
@@ -160,9 +160,12 @@ def test_each_command_in_the_docs_is_accepted_as_written(where, argv, monkeypatc
     script_args = args[args.index(script) + 1 :]
     if script.endswith("train_torch.py"):
         pytest.importorskip("torch")
-    monkeypatch.setattr(sys, "argv", [script, *script_args])
-    monkeypatch.chdir(tmp_path)
-    try:
-        _script_parser(REPO / script)()
-    except SystemExit as exc:
-        pytest.fail(f"{where}: {script} refuses its arguments (exit {exc.code})")
+    done = subprocess.run(
+        [sys.executable, "-c", _PARSE_ONLY, str(REPO / "launch"), str(REPO / script), *script_args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT_S,
+    )
+    assert done.returncode == 0, f"{where}: {script} refuses its arguments: {done.stderr[-2000:]}"

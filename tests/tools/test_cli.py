@@ -98,9 +98,13 @@ def distvlog_command(*args: str) -> subprocess.CompletedProcess:
 
 
 BLAS_PROBE = """
-import os, sys
+import os, sys, time
 from distvlog.cli import command
 code = command()
+for _ in range(200):  # a joined thread's OS thread may take a moment to exit (on a busy machine)
+    if len(os.listdir("/proc/self/task")) == 1:
+        break
+    time.sleep(0.01)
 print(code, os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")))
 """
 
