@@ -66,9 +66,9 @@ def refuse_beyond_world(
     error = faults.beyond_world(args, world)
     if error is None:
         return
-    if rank == 0:
-        p.print_usage(sys.stderr)
-        print(f"{p.prog}: error: {error}", file=sys.stderr, flush=True)
+    if rank == 0:  # (one write: print() writes the line's end apart, and other ranks write to this stream too)
+        sys.stderr.write(f"{p.format_usage()}{p.prog}: error: {error}\n")
+        sys.stderr.flush()
     barrier()
     sys.exit(2)
 

@@ -44,7 +44,8 @@ def dump_on_failure(args: argparse.Namespace) -> None:
     def dump() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(_dump_fr_trace(True, True, False))
-        print(f"rank {dist.get_rank()}: Flight Recorder dumped to {path}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"rank {dist.get_rank()}: Flight Recorder dumped to {path}\n")  # (one write: ranks share it)
+        sys.stderr.flush()
 
     previous_hook = sys.excepthook
 

@@ -51,7 +51,9 @@ def test_a_fault_rank_beyond_the_world_is_refused_once(run_cli):
     """A rank that does not exist in this job: rank 0 says so once, every rank exits with status 2."""
     proc = run_cli("launch", "-n", "2", TRAIN, "--steps", "3", "--inject-lr-rank", "4")
     assert proc.returncode == 2
-    assert proc.stderr.count("train.py: error: --inject-lr-rank 4: beyond the last rank, 1 (2 ranks)\n") == 1
+    assert proc.stderr.count("train.py: error: --inject-lr-rank 4: beyond the last rank, 1 (2 ranks)\n") == 1, (
+        proc.stderr
+    )
 
 
 def test_digits_without_scikit_learn_is_refused(tmp_path):
