@@ -46,3 +46,23 @@ def test_the_check_finds_such_writes():
     broken = source.replace("param.subtract_(lr * grad)", "param._data -= lr * grad\n        p.grad._data[0] = 1")
     found = writes_to_private_tensor_fields(broken, "sgd.py")
     assert len(found) == 2 and "param._data -= lr * grad" in found[0] and "p.grad._data[0] = 1" in found[1]
+
+
+def test_job_control_lives_in_distributed_job():
+    """The exit rules of a job of several ranks (a replaced sys.exit, MPI's or Hydra's abort) are distributed's:
+    the logger calls them from its hooks, its own modules neither replace sys.exit nor end a job."""
+    logger_source = {p.name: p.read_text() for p in (PACKAGE / "logger").glob("*.py")}
+    for marker in ("sys.exit = ", "Abort(", "cmd=abort", "builtins"):
+        assert [name for name, text in logger_source.items() if marker in text] == [], marker
+    job = (PACKAGE / "distributed" / "job.py").read_text()
+    assert all(marker in job for marker in ("sys.exit = ", "Abort(", "cmd=abort", "builtins"))
+    assert "logger" not in {n.split(".")[-1] for n in _imported_modules(job)}, "job.py is given what it needs"
+
+
+def _imported_modules(source: str) -> set[str]:
+    return {
+        (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }

@@ -24,7 +24,8 @@ import traceback
 from typing import NoReturn
 
 from ..distributed import DataParallelError
-from ..logger import IDENTITY, abort_job, exit_status, log_end, log_failure, log_interrupt
+from ..distributed.job import abort_job, exit_status
+from ..logger import IDENTITY, log_end, log_failure, log_interrupt
 from .supervise import CRASH_FD, DUMP_SIGNAL
 
 

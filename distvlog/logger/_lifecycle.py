@@ -1,27 +1,25 @@
 """Never lose a record: flush on a timer, at exit, on SIGTERM/SIGINT (and, while their action is death,
 SIGHUP/SIGUSR1/SIGUSR2), and log unhandled exceptions.
 
-Exception hooks are installed on import (a crash must reach the file even if nothing was logged yet);
+Exception hooks are installed on import (a crash must reach the file even if nothing was logged yet), with
+the job's exit rules (`distributed/job.py`: a rank of several that fails ends the job), which they call;
 the timer and signal handlers once the file exists. Every hook chains to the one it replaced.
 """
 
 from __future__ import annotations
 
 import atexit
-import builtins
 import contextlib
-import gc
 import os
 import signal
-import stat
 import sys
 import sysconfig
 import threading
 import time
 import traceback
-import weakref
 from typing import Any
 
+from ..distributed import job
 from ..format import BLOCKED_IN_C, END_RECORD, IN_PYTHON, OWN_FILE, OWN_LINE
 from . import _env
 from ._identity import IDENTITY
@@ -47,78 +45,12 @@ def _timer_loop() -> None:
 
 def _at_exit() -> None:
     """A normal exit ends the rank's log with END_RECORD, whatever started the process (an unhandled
-    exception, `sys.last_value`, has logged its F record instead). A rank of several that leaves by a
-    non-zero `sys.exit()` ends the job instead, as an exception does (see `_ExitStatus`)."""
+    exception, `sys.last_value`, has logged its F record instead; so has a rank of several that ends the job
+    by a non-zero `sys.exit()`: see the job's rules)."""
     SINK.buffer_bytes = 0  # records logged by later exit hooks go straight to the file
-    if _exit_call and IDENTITY.world_size > 1 and _exiting_by(_exit_call[2]):
-        status, where, _ = _exit_call
-        code, message = exit_status(status)
-        if not _failed["logged"]:  # (`distvlog launch`'s runner logs the exit itself)
-            with contextlib.suppress(Exception):
-                log_at("critical", f"exited with status {code}{message}", where)
-        abort_job(code)  # (returns where no MPI or Hydra can end the job: torchrun's agent does)
-    elif not hasattr(sys, "last_value"):
+    if not job.ends_at_exit(logged=_failed["logged"]) and not hasattr(sys, "last_value"):
         log_end()
     SINK.settle()
-
-
-def exit_status(code: object) -> tuple[int, str]:
-    """What a process exits with for `sys.exit(code)`, as Python decides (an int is the status; anything else
-    is printed and the status is 1), and the text an F record adds for it."""
-    return (int(code), "") if isinstance(code, int) else (1, f": {code}")
-
-
-_exit_call: list = []  # the main thread's last sys.exit(non-zero): [status, where it was called, the exception]
-
-
-class _ExitStatus(SystemExit):
-    """A non-zero `sys.exit()` of the main thread. Under plain `mpirun` a rank that leaves that way would
-    wait in MPI_Finalize for ranks that wait for it in a collective: the job would hang. So the exit hook
-    ends the job, but only if this exit is the one the process ends with (`_exiting_by`): dropped by a
-    script that caught it (Python frames still run), it forgets the call."""
-
-    def __del__(self) -> None:
-        try:
-            sys._getframe(1)
-        except ValueError:
-            return  # dropped by the interpreter as it exits, with no Python frame left
-        _exit_call.clear()
-
-
-def _exiting_by(exc: weakref.ref) -> bool:
-    """Whether the process exits by that sys.exit(): the interpreter dropped it, not a script that keeps it
-    (a reference, or a cycle the collector has not freed yet)."""
-    gc.collect()  # (a cycle through the caught exception's traceback; its __del__ forgets the call)
-    return bool(_exit_call) and exc() is None
-
-
-def _exit(status: object = None) -> None:
-    """`sys.exit` for a process that is one rank of several (distvlog's own processes, such as `distvlog
-    launch`'s rank parents, end as they choose)."""
-    _exit_at(sys._getframe(1), status)
-
-
-class _BuiltinExit:
-    """The builtins `exit()` and `quit()` (site's), for a process that is one rank of several."""
-
-    def __init__(self, original: Any) -> None:
-        self.original = original
-
-    def __repr__(self) -> str:
-        return repr(self.original)
-
-    def __call__(self, code: object = None) -> None:
-        _exit_at(sys._getframe(1), code)
-
-
-def _exit_at(frame: Any, status: object) -> None:
-    if isinstance(status, int) and status == 0 or status is None:
-        _exit_call.clear()  # (a later success undoes an exit the script caught)
-    elif threading.current_thread() is threading.main_thread() and not is_distvlog_file(frame.f_code.co_filename):
-        exc = _ExitStatus(status)
-        _exit_call[:] = [status, _users_frame(traceback.extract_stack(frame)), weakref.ref(exc)]
-        raise exc
-    raise SystemExit(status)
 
 
 _end = {"logged": False}
@@ -398,42 +330,6 @@ def log_at(method: str, event: str, where: traceback.FrameSummary | None) -> Non
     SINK.flush()
 
 
-def abort_job(code: int) -> None:
-    """End the whole job with status `code`, as `python -m mpi4py` does for an unhandled exception: through
-    MPI if this process initialised it, else through a Hydra launcher's PMI connection (MPICH, Intel MPI),
-    which needs no MPI_Init. Returns when neither applies (Open MPI ends the job when a rank exits non-zero;
-    torchrun's agent when one fails). First this rank's file is settled (its reserve cut), and the other ranks
-    get two flush intervals (2 s at most) for records they buffer (unmapped files): they are usually blocked in
-    MPI with the interpreter lock released, so their flush threads run, and the abort kills them with SIGKILL,
-    which no handler sees (their reserves are left to the next run)."""
-    mpi = sys.modules.get("mpi4py.MPI")
-    mpi = mpi if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else None
-    pmi_fd = os.environ.get("PMI_FD", "")
-    if not (pmi_fd.isdigit() and _is_socket(int(pmi_fd))):
-        pmi_fd = ""  # (inherited by a subprocess of a rank, which closed it: the number may be a file now)
-    if mpi is None and not pmi_fd:
-        return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C meanwhile would only interrupt the abort)
-    _settle_before_death()  # (the abort kills this process too: no reserve may be left in its file)
-    time.sleep(min(2 * FLUSH_INTERVAL_S, _ABORT_WAIT_MAX_S))
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
-    if mpi is not None:
-        mpi.COMM_WORLD.Abort(code)
-    try:  # Hydra kills this process at once; the wait is bounded, for a PMI_FD of some other launcher
-        os.write(int(pmi_fd), f"cmd=abort exitcode={code}\n".encode())
-    except (OSError, ValueError):
-        return
-    time.sleep(SIGNAL_GRACE_S)
-
-
-def _is_socket(fd: int) -> bool:
-    try:
-        return stat.S_ISSOCK(os.fstat(fd).st_mode)
-    except OSError:
-        return False
-
-
 def _log_unhandled(kind: str, exc_type: type, exc: BaseException, tb: Any, fatal: bool) -> None:
     text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
     log_failure(f"Unhandled exception in {kind}:\n{text}", exc, tb, fatal)
@@ -457,8 +353,7 @@ def install() -> None:
             _log_unhandled("main thread", exc_type, exc, tb, fatal=caused_here)
         if caused_here:
             previous_hook(exc_type, exc, tb)
-        if IDENTITY.world_size > 1:  # (plain `mpirun python script.py`: the others would wait forever)
-            abort_job(128 + signal.SIGINT if issubclass(exc_type, KeyboardInterrupt) else 1)
+        job.after_unhandled(exc_type)
 
     def thread_excepthook(args: Any) -> None:
         if args.exc_type is not SystemExit:
@@ -468,11 +363,15 @@ def install() -> None:
 
     sys.excepthook = excepthook
     threading.excepthook = thread_excepthook
-    if IDENTITY.world_size > 1:
-        sys.exit = _exit
-        for name in ("exit", "quit"):
-            if hasattr(builtins, name):
-                setattr(builtins, name, _BuiltinExit(getattr(builtins, name)))
+    job.install(
+        job.Logger(
+            several=lambda: IDENTITY.world_size > 1,
+            settle=_settle_before_death,
+            log_exit=lambda event, stack: log_at("critical", event, _users_frame(stack)),
+            is_own_file=is_distvlog_file,
+            flush_wait_s=min(2 * FLUSH_INTERVAL_S, _ABORT_WAIT_MAX_S),
+        )
+    )
     atexit.register(_at_exit)
     # A multiprocessing worker forked from this process ends with os._exit() right after
     # threading._shutdown(), without atexit: it settles its file there (the registration is inherited by the
