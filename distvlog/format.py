@@ -164,7 +164,10 @@ written from it alone reads every file distvlog writes.
       - a cut line after a record that has all its lines is a torn record of its own (one whose start was
         cut), and whole lines there, beyond the count, are not part of any record;
       - a record without `+lines` written by another program (C++ glog, distvlog 1) keeps every whole line
-        up to the next record start, as glog readers always did.
+        up to the next record start, as glog readers always did;
+      - in a file of ours (version 2), a line that starts a record but has no `[rank R] ` tag after the
+        prefix's `] ` is DAMAGED (other bytes written over records): readers count it, never read it as a
+        record; whole lines beyond a record's count there are not part of any record.
    In JSON lines a line that does not parse is torn when it is cut, else damage.
 
 6. VERSIONS
@@ -907,6 +910,7 @@ _RECORD_STARTS = re.compile(b"^" + RECORD_START.pattern, re.M)
 # What a reader calls the lines that are not part of a whole record (5), in its counts of skipped lines.
 TORN = "in torn records"
 STRAY = "not part of a record"
+DAMAGED = "in damaged records"
 
 
 def count_records(data: bytes, fmt: str) -> int:

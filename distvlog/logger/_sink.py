@@ -29,7 +29,10 @@ stderr is written to its descriptor, past its stream's lock.
 Writing never raises into the caller. When the file cannot be written (a full disk, a file-size limit, an
 I/O error, the file or its directory deleted), the records are dropped and counted, one line on stderr says
 so, and every later flush tries again; the first write that succeeds starts with a record of how many were
-dropped and why (the format's DROPPED). A deleted file is created again, in the same run directory.
+dropped and why (the format's DROPPED). A deleted file is created again, in the same run directory. A file
+truncated under the process (logrotate's copytruncate, under DISTVLOG_MMAP=0) is found shorter than this
+process left it at the next write, which starts it again with its header: it stays a rank file, and the
+header's clock slots are rewritten there, never at their old offset, over records.
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ class RankFile:
         self._queued: deque[bytes] = deque()  # records of calls nested in a holder of the lock (see _nested)
         self._meta: dict | None = None  # the meta record of the file; its header is owed while _head_owed
         self._head_owed = False
+        self._header = b""  # the header as it stands at the start of the file (its clock slots rewritten in place)
+        self._end = 0  # where this process's last write ended: a file found shorter was truncated under it
         self._dropped = 0  # records dropped since the last successful write
         self._drop_reason: str | None = None  # set while writing fails
 
@@ -372,7 +377,10 @@ class RankFile:
             if info.st_nlink == 0:  # deleted (or its directory): records written there are lost for good
                 self._drop(0, "the log file was deleted")
                 info = self._recreate()
-            out = self._owed() + data
+            elif info.st_size < self._end:  # truncated under us (logrotate's copytruncate): a rank file again
+                self._head_owed = True
+            head = self.renderer.header({**self._meta, **self._clock}) if self._head_owed else b""
+            out = head + self._owed_drops() + data
             start = info.st_size
             try:
                 _write_all(self._fd, out)
@@ -380,18 +388,20 @@ class RankFile:
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, start)  # no torn record: what reached the file is taken back
                 raise
+            # The descriptor appends: its offset is now the file's end, past these records.
+            self._end = os.lseek(self._fd, 0, os.SEEK_CUR)
         except OSError as exc:
             self._drop(_format.count_records(data, self.format), _reason(exc))
             return
+        if self._head_owed:
+            self._header = head
         self._head_owed, self._dropped, self._drop_reason = False, 0, None
 
-    def _owed(self) -> bytes:
-        """What must precede the next records: the header of a file created again, and the record of the
-        records dropped."""
-        head = self.renderer.header({**self._meta, **self._clock}) if self._head_owed else b""
+    def _owed_drops(self) -> bytes:
+        """The record of the records dropped, which must precede the next records."""
         if self._drop_reason is None:
-            return head
-        return head + _own_record(
+            return b""
+        return _own_record(
             self.renderer,
             "warning",
             f"{_format.DROPPED}: {self._drop_reason}",
@@ -453,7 +463,6 @@ class RankFile:
             created_us=now_us(),
         )
         self._meta, self._head_owed = meta, True
-        self._clock_offsets = _format.clock_slot_offsets(self.renderer.header({**meta, **self._clock}))
         self._fd, self.path, self.run_id, self.root = fd, path, rid, root
         self._write(b"")  # the header
         if self._mapping and stat.S_ISREG(os.fstat(fd).st_mode):
@@ -501,7 +510,7 @@ class RankFile:
                 _crash_stacks_to(fd)
             os.close(self._fd)
             old, self._fd, self.path, self.run_id, self._meta = self.path, fd, path, rid, meta
-            self._clock_offsets = _format.clock_slot_offsets(header)
+            self._header, self._end = header, os.lseek(fd, 0, os.SEEK_END)
             with contextlib.suppress(OSError):
                 os.unlink(old)
                 os.rmdir(old.parent)  # (only when no other process's file is left in the old run)
@@ -547,14 +556,24 @@ class RankFile:
             self._redeliver()
 
     def _write_clock(self, slot: str) -> None:
-        if self.file_open and not self._head_owed:  # (an owed header will carry it)
-            # (a descriptor of its own: pwrite on an O_APPEND one appends, on Linux)
-            with contextlib.suppress(OSError):  # the header keeps its earlier slot: the records matter more
-                fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-                try:
-                    os.pwrite(fd, self._clock[slot].encode(), self._clock_offsets[slot])
-                finally:
-                    os.close(fd)
+        """Rewrite the slot in the header at the start of the file, only while the file still starts with the
+        header as this process left it: a file truncated under it (copytruncate) holds records there, and a
+        file replaced at its path is another's. The next write after a truncation starts with a fresh header,
+        which carries the slot. A truncation between the look and the rewrite puts the slot's text past the
+        file's new end, after NUL bytes (padding and a stray line to a reader), still never over a record."""
+        if not self.file_open or self._head_owed:  # (an owed header will carry it)
+            return
+        header, text = self._header, self._clock[slot].encode()
+        at = _format.clock_slot_offsets(header)[slot]
+        # (a descriptor of its own: pwrite on an O_APPEND one appends, on Linux)
+        with contextlib.suppress(OSError):  # the header keeps its earlier slot: the records matter more
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+            try:
+                if os.pread(fd, len(header), 0) == header:
+                    os.pwrite(fd, text, at)
+                    self._header = header[:at] + text + header[at + len(text) :]
+            finally:
+                os.close(fd)
 
     # -- signals: a handler that interrupts our own critical section waits until it is over -------------
     # Every method that takes the lock in the main thread checks `_deferred_signal` once it is released.

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tools_logfiles import T0, expected_tags, ours, stamp
 
+from distvlog import format as fmt
 from distvlog.tools import merge
 from distvlog.tools.merge import _kway
 from distvlog.tools.read import _source as reader
@@ -213,6 +214,35 @@ def test_bad_input_exits_2_with_one_line(tmp_path, cli, monkeypatch, args, messa
         "nologs",
         "rank-0.log",
     ]  # no partial output left behind
+
+
+# What an older writer's clock-slot rewrite left over records after a copytruncate: a slot's 64 bytes.
+SLOT = fmt.clock_slot(0.5, 7.5, T0).encode()
+
+
+@pytest.mark.parametrize("reason", [fmt.DAMAGED, fmt.STRAY], ids=["over-the-rank-tag", "over-the-prefix"])
+def test_a_line_written_over_is_counted_as_skipped_not_merged_as_a_record(tmp_path, cli, glog_run, reason):
+    """A real rank file with a clock slot's bytes written over a record's first line: from inside its rank
+    tag (the line left still starts like a record, damaged, maybe joined to the next record's end) or from
+    its start (the line left is no record's, stray). Only the records hit are lost; merge counts the line
+    left as skipped, for that reason."""
+    data = (glog_run / "rank-1.log").read_bytes()
+    starts = [m.start() for m in re.finditer(rb"^[IWEF]\d{4} ", data, re.M)] + [len(data)]
+    before = [r.event for r in read_back(glog_run / "rank-1.log")]
+    assert len(starts) == len(before) + 1
+    # one-line records without a count around it: no continuation line is left behind the damage, and a
+    # line left that starts no record has no count before it to end it
+    k = next(k for k in range(2, len(before) - 1) if all(e.startswith("plain") for e in before[k - 1 : k + 2]))
+    at = data.index(b"[rank 1]", starts[k]) + len("[ran") if reason == fmt.DAMAGED else starts[k]
+    hit = {j for j in (k, k + 1) if starts[j] < at + len(SLOT) and at < starts[j + 1]}
+    damaged = tmp_path / "rank-1.log"
+    damaged.write_bytes(data[:at] + SLOT + data[at + len(SLOT) :])
+    sources = open_sources([str(damaged)])
+    assert [r.event for r in read_records(sources)] == [e for j, e in enumerate(before) if j not in hit]
+    assert sources[0].counts.skipped == {reason: 1}
+    code, _, err = cli("merge", damaged, "-o", tmp_path / "m.log")
+    assert code == 0 and f"{len(before) - len(hit)} records from 1 file" in err, err
+    assert f"; 1 line skipped (1 {reason})" in err, err
 
 
 def test_a_killed_ranks_last_whole_record_is_merged(tmp_path, cli):

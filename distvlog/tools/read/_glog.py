@@ -152,11 +152,15 @@ class GlogParser:
         clock: Clock,
         ranks: RankRule | None,
         own_rank: int,
+        strict: bool,
     ) -> None:
         self.variant, self.calendar, self.clock = variant, calendar, clock
         self.utc_offset_us = utc_offset_s * 1_000_000
         self.ranks = ranks  # None: our own file, every record already in our form with its tag
         self.own_rank = own_rank
+        # Our own file of format version 2 (section 5): a record has exactly the lines it declares, and its
+        # first line the rank tag; a line without them is damage (bytes written over records), not a record.
+        self.strict = strict
         self.display_offset_us: int | None = None  # rewrite timestamps into this zone (merge output)
         self.in_long_record = False  # the lines before the next record start belong to a skipped one
 
@@ -171,6 +175,7 @@ class GlogParser:
             good, insert_at = _foreign.bracket_after_prefix(data, n, starts, self.variant, newlines)
             ok &= good
         ends = np.append(starts[1:], complete)  # after each line's "\n"
+        damaged = self._untagged(data, n, starts, ends, ok) if self.strict else None
         rec = np.flatnonzero(ok)
         first = int(rec[0]) if len(rec) else len(starts)
         lead = TOO_LONG if self.in_long_record else fmt.STRAY + " (before the first one)"
@@ -184,9 +189,10 @@ class GlogParser:
                 counts.skipped[TOO_LONG] += len(starts) - int(np.searchsorted(starts, carry_from))
                 carry_from, self.in_long_record = complete, True
         upto = int(np.searchsorted(starts, carry_from))  # lines of this chunk's records
-        kept = self._regular(data, rec, ends, upto, eof) if not marked else None
+        clean = not marked and (damaged is None or not damaged[:upto].any())
+        kept = self._regular(data, rec, ends, upto, eof) if clean else None
         if kept is None:
-            kept = _exact(data, starts, ends, ok, rec, upto, counts)
+            kept = _exact(data, starts, ends, ok, damaged, rec, upto, counts, self.strict)
         rec, last_line = kept
         local, why = self.calendar.local_us(stamps.select(rec))
         ts = self.clock.correct(local - self.utc_offset_us)
@@ -212,19 +218,30 @@ class GlogParser:
         counts.records.update(dict(zip(uniq.tolist(), per.tolist())))
         return Parsed(out, rs, re_, ts, rank, severity, data[carry_from:n].copy(), counts)
 
-    @staticmethod
+    def _untagged(self, data: np.ndarray, n: int, starts: np.ndarray, ends: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """Which lines start a record by their prefix but have no rank tag after it (per line)."""
+        at = np.flatnonzero(ok)
+        out = np.zeros(len(starts), bool)
+        if len(at):
+            newlines = ends - 1  # every line here is complete
+            good, insert_at = _foreign.bracket_after_prefix(data, n, starts[at], self.variant, newlines)
+            tag_rank = _foreign.layout(data, starts[at], insert_at, newlines[at]).tag_rank
+            out[at] = ~good | (tag_rank < 0)
+        return out
+
     def _regular(
-        data: np.ndarray, rec: np.ndarray, ends: np.ndarray, upto: int, eof: bool
+        self, data: np.ndarray, rec: np.ndarray, ends: np.ndarray, upto: int, eof: bool
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """(records, the line after each one's last) when every record has what it declares (no padding,
-        no cut line; a count only where lines follow, and then exactly those), else None."""
+        no cut line; a count only where lines follow, and then exactly those; in a strict file, no line
+        beyond the count either), else None."""
         last_line = np.append(rec[1:], upto)[: len(rec)]
         check = (last_line - rec) > 1
         if eof and len(rec):
             check[-1] = True  # the end of the file may cut a record at a line's end
         at = np.flatnonzero(check)
         declared = declared_counts(data, ends[rec[at]] - 1)
-        if ((declared > 0) & (declared != last_line[at] - rec[at] - 1)).any():
+        if (((declared > 0) | self.strict) & (declared != last_line[at] - rec[at] - 1)).any():
             return None
         return rec, last_line
 
@@ -251,16 +268,20 @@ def _exact(
     starts: np.ndarray,
     ends: np.ndarray,
     ok: np.ndarray,
+    damaged: np.ndarray | None,
     rec: np.ndarray,
     upto: int,
     counts: Counts,
+    strict: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Section 5 of the format, line by line, over the lines from the first record to `upto`: the whole
-    records (first line, the line after the last), the torn ones and stray lines counted."""
+    records (first line, the line after the last), the torn and damaged ones and stray lines counted.
+    `damaged`: the record starts without a rank tag (a strict file's), None elsewhere."""
     kept_first: list[int] = []
     kept_end: list[int] = []
     i = int(rec[0]) if len(rec) else upto
     starts_l, ends_l, ok_l = starts.tolist(), ends.tolist(), ok.tolist()
+    damaged_l = damaged.tolist() if damaged is not None else [False] * len(ok_l)
 
     def kind(j: int) -> str:  # "mark", "cut" or "whole"
         line = data[starts_l[j] : ends_l[j]]
@@ -281,9 +302,16 @@ def _exact(
                 counts.skipped[fmt.STRAY] += 1
             i += 1
             continue
+        if damaged_l[i] and what == "whole":
+            # Its rank tag written over (a line cut before its tag is torn, below); the lines after it are stray.
+            counts.skipped[fmt.DAMAGED] += 1
+            i += 1
+            continue
         declared = 0 if what == "cut" else fmt.declared_count(data[starts_l[i] : ends_l[i] - 1].tobytes())
+        # Lines it may have: a record without a count, not in a strict file, keeps every line to the next one.
+        most = declared if declared or strict else upto
         j, torn = i + 1, what == "cut"
-        while not torn and j < upto and not ok_l[j] and (declared == 0 or j - i - 1 < declared):
+        while not torn and j < upto and not ok_l[j] and j - i - 1 < most:
             kind_j = kind(j)
             if kind_j == "mark" or (kind_j == "cut" and not declared):
                 break  # (a cut line after a record without a count is a torn record of its own)

@@ -216,6 +216,7 @@ class Source:
                 self.clock,
                 self._rank_rule,
                 self.rank if self.rank is not None else -1,
+                strict=self._rank_rule is None and self.meta is not None and self.meta.get("distvlog") == fmt.VERSION,
             )
             if self.display_offset_s is not None:
                 self._parser.display_offset_us = self.display_offset_s * 1_000_000
