@@ -7,8 +7,8 @@
 A `Source` is one input file: our per-rank files (glog text or JSON lines, with a header giving rank, host,
 year and clock offset to rank 0) or foreign glog files (C++ glog, absl-py, Paddle, c10d/NCCL), whose rank
 comes from `[rank R]` tags, `--rank-of FILE=R` or `[Rank N]` in the message, and other programs' evidence
-(Flight Recorder dumps, torchrun's and Paddle's per-worker files: _evidence), whose rank comes from the
-launcher's layout or the file's name. It yields `Block`s of whole
+(Flight Recorder dumps, profiler traces, NCCL's debug files, torchrun's and Paddle's per-worker files:
+_evidence), whose rank comes from what the file says, the launcher's layout or the file's name. It yields `Block`s of whole
 records in file order, as columns over a buffer of glog text; `ts` is epoch µs, on rank 0's clock unless
 clock correction is off. Every input line ends up in a record, the header, or `counts.skipped` with a
 reason. What the tools say about their input (warnings, counts) is here too.
