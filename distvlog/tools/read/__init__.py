@@ -19,6 +19,10 @@ from __future__ import annotations
 from ._arena import Arena, Slot
 from ._block import Block, Counts
 from ._bytes import restamp, take
+from ._evidence import STATIC as STATIC_EVIDENCE
+from ._evidence import growing as growing_evidence
+from ._evidence import line_reader
+from ._evidence import objects as evidence_objects
 from ._files import parse_int_list, resolve_inputs, trim_left_by_the_dead
 from ._header import Clock
 from ._notes import Warn, after_reading, ignore, say_runs_read, skipped_text, total, warner
@@ -31,6 +35,7 @@ __all__ = [
     "Arena",
     "Block",
     "PAD",
+    "STATIC_EVIDENCE",
     "Clock",
     "Counts",
     "Record",
@@ -39,9 +44,12 @@ __all__ = [
     "Warn",
     "add_input_arguments",
     "after_reading",
+    "evidence_objects",
     "from_glog",
     "from_json",
+    "growing_evidence",
     "ignore",
+    "line_reader",
     "open_inputs",
     "open_sources",
     "parse_int_list",

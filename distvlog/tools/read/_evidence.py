@@ -25,6 +25,7 @@ import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,8 @@ from ...errors import InputError
 FLIGHT, TORCHRUN_ERROR, WORKER_OUTPUT = "flight recorder dump", "torchrun error.json", "torchrun worker output"
 KINETO, NCCL_DEBUG = "profiler trace", "NCCL debug output"
 _OWN_RANK = (KINETO, NCCL_DEBUG)  # readers whose file says its rank itself
+PADDLE = "Paddle workerlog"  # glog text, which `merge --follow` reads as lines (the others: by the glog reader)
+STATIC = (FLIGHT, KINETO, TORCHRUN_ERROR)  # written once, when the job fails or ends
 SNIFF_BYTES = 4096
 MAX_BYTES = 1 << 30  # a file read whole to be converted (a dump of 2,000 entries is a few MB)
 _DEPTH = 6  # how deep a directory is searched (torchrun: D/<run>/attempt_K/R/stdout.log)
@@ -96,6 +99,40 @@ def find(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", str(p))])
 
 
+def growing(directory: Path, skip: set[Path]) -> Iterator[tuple[Path, str, int | None]]:
+    """`merge --follow`'s view of the evidence under a directory, as the job writes it: (path, reader,
+    rank) of each file not in `skip`, the files written once (STATIC) or text read line by line (TEXT, the
+    workerlog's and NCCL's too). Files that are not evidence are added to `skip` once they hold bytes; an
+    NCCL file whose rank no init line says yet is looked at again (rank None: not yet)."""
+    for path in _walk(directory, 0, [0]):
+        if path in skip:
+            continue
+        reader = PADDLE if _WORKERLOG.fullmatch(path.name) else sniff(path)
+        if reader == NCCL_DEBUG:
+            from . import _nccl
+
+            with open(path, "rb") as f:
+                yield path, reader, _nccl.rank_of(f.read(1 << 20))
+        elif reader is not None and (reader == KINETO or layout_rank(path, reader) is not None):
+            yield path, reader, layout_rank(path, reader)
+        elif _size(path):
+            skip.add(path)
+
+
+def line_reader(rank: int, name: str, now_us: int) -> Any:
+    """A reader of a text file's lines as they come (_lines.Lines), for `merge --follow`."""
+    from ._lines import Lines
+
+    return Lines(rank, name, now_us)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _is_evidence(path: Path) -> bool:
     if _WORKERLOG.fullmatch(path.name):
         return True
@@ -141,6 +178,12 @@ def _read_whole(path: Path) -> tuple[bytes, int]:
 def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[str]]:
     """The file's records as a stream of our JSON lines, and what to warn about once. `rank`: the one
     --rank-of or the layout gives (a trace's own rank, an NCCL file's init line's, come first)."""
+    objs, notes = objects(path, reader, rank)
+    return Converted(path, b"".join(fmt.json_record(obj) for obj in objs)), notes
+
+
+def objects(path: Path, reader: str, rank: int | None) -> tuple[list[dict], list[str]]:
+    """The file's records as our JSON-lines objects, and what to warn about once (see `convert`)."""
     from . import _flight, _kineto, _lines, _nccl, _torchrun, _unpickle
 
     data, mtime_us = _read_whole(path)
@@ -176,7 +219,7 @@ def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[
         objs = _torchrun.error_records(data, rank, mtime_us, path.name)
     else:
         objs = _lines.records(data, rank, mtime_us, path.name)
-    return Converted(path, b"".join(fmt.json_record(obj) for obj in objs)), notes
+    return objs, notes
 
 
 class Converted:
