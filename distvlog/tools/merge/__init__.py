@@ -102,10 +102,14 @@ def _seconds(text: str) -> float:
 def __getattr__(name: str) -> Any:
     """`follow` (the launcher's `launch --follow`), `Follow`, `resolve_run` and `alive` (`distvlog watch` and
     `stacks`) from their module, imported on first use (PEP 562)."""
-    if name in ("follow", "Follow", "resolve_run", "alive"):
+    if name in ("follow", "Follow", "resolve_run"):
         from . import _follow
 
         return getattr(_follow, name)
+    if name == "alive":
+        from ._tails import alive
+
+        return alive
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -22,10 +22,8 @@ A file that shrinks or is replaced is read again from its start (said once).
 from __future__ import annotations
 
 import argparse
-import calendar
 import os
 import re
-import socket
 import sys
 import time
 from collections import deque
@@ -38,290 +36,14 @@ from ... import format as fmt
 from ...errors import InputError
 from ...wording import per_rank, plural, ranks_text
 from ..output import write_all
-from ..read import Clock, Record, from_glog, from_json, restamp, trim_left_by_the_dead
+from ..read import STATIC_EVIDENCE, Record, from_glog, from_json, growing_evidence, restamp, trim_left_by_the_dead
 from . import _filters
 from ._collapse import Collapser
 from ._collapsed import render
+from ._tails import ALWAYS, CHECK_S, HOST, NEVER, RANK_FILE, Say, StaticTail, Tail, TextTail
 
 LATE_FIELD = "late_us"
 POLL_S = 0.1
-READ_BYTES = 256 << 10  # read at most this much of a file per poll: memory is a bite per file, whatever the backlog
-PADDING_BITES = 64  # how much padding one check scans for data after it (bites)
-NEVER, ALWAYS = -(1 << 62), 1 << 62  # times before and after any record
-HEAD_BYTES = 64 << 10  # the header and meta record are in the first bytes
-GRACE_S = 0.5  # how long a rank's pid must stay gone before its file is done
-CHECK_S = 1.0  # how often to look for new files, re-read clock slots and ask whether a rank's pid lives
-_END = fmt.own_record_pattern(fmt.END_RECORD)
-# How a rank died, appended to its file by `distvlog launch`'s parent of the rank (format 2.8).
-_DIED = re.compile(
-    re.escape(f" {fmt.OWN_FILE}:{fmt.OWN_LINE}] ".encode()) + rb"\[rank \d+\] " + re.escape(fmt.DIED.encode())
-)
-_RANK_FILE = re.compile(rf"^{fmt.RANK_FILE_NAME.pattern}$")
-_NOT_NUL = re.compile(rb"[^\0]")
-_HOST = socket.gethostname()
-_NO_STAMP = "0101 00:00:00.000000"  # (a JSON-lines record's glog text, until it is stamped at its release)
-Say = Callable[[str], None]
-
-
-class _Tail:
-    """One rank file as it grows: the whole records appended since the last poll."""
-
-    def __init__(self, path: Path, say: Say) -> None:
-        self.path, self.say = path, say
-        match = _RANK_FILE.match(path.name)
-        self.rank = int(match.group(1))
-        self.order = (self.rank, path.name)
-        self.fd = -1
-        self.ino = None
-        self.at = 0  # where the next read starts
-        self.buf = b""  # the start of a record not yet whole (bytes before `at`)
-        self.meta: dict | None = None
-        self.kind = "jsonl" if path.suffix == ".jsonl" else "glog"
-        self.clock = Clock()
-        self.frontier = NEVER  # the newest time read from this file
-        self.caught_up = False  # the last poll read to the end of the file
-        self.slack = 0  # how far back a record has gone behind the frontier
-        self.ended = self.gone = False
-        self.records = self.torn = self.skipped = 0
-        # Records read, not yet released: their time, glog text (JSON lines turned into it) and, for JSON
-        # lines, the object (decoded as it was written).
-        self.queue_ts: list[int] = []
-        self.queue_text: list[bytes] = []
-        self.queue_obj: list[dict] = []
-        self._seconds: dict[bytes, int] = {}
-        self._checked = self._padding_checked = 0.0
-        self._missing_since: float | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.ended or self.gone
-
-    # -- reading -------------------------------------------------------------------------------------------
-    def _open(self) -> bool:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return False
-        if self.fd >= 0:
-            os.close(self.fd)
-        self.fd, self.ino = fd, os.fstat(fd).st_ino
-        self.at, self.buf = 0, b""
-        return True
-
-    def _restarted(self) -> bool:
-        """Whether the file was truncated or replaced since the last read: then read it from its start."""
-        try:
-            size = os.fstat(self.fd).st_size
-            replaced = os.stat(self.path).st_ino != self.ino
-        except OSError:
-            return False
-        if size >= self.at and not replaced:
-            return False
-        self.say(f"{self.path.name} was {'replaced' if replaced else 'truncated'}: reading it again from its start")
-        if replaced:
-            self._open()
-        self.at, self.buf, self.meta = 0, b"", None
-        self.ended = self.gone = False
-        return True
-
-    def poll(self, now: float) -> int | None:
-        """Queue the records made whole since the last poll; the newest time among them (None: none)."""
-        if self.fd < 0 and not self._open():
-            self.caught_up = True
-            return None
-        self._restarted()
-        data = os.pread(self.fd, READ_BYTES, self.at)
-        full = len(data) == READ_BYTES
-        if self.meta is None or now - self._checked >= CHECK_S:
-            self._read_head(now)
-        if not data:
-            self.caught_up = True
-            return None
-        whole = self.buf + data
-        base = self.at - len(self.buf)
-        out: list[bytes] = []
-        pos = 0
-        # Padding (NULs) followed by data was left by a writer that is gone: its start cut a record (torn),
-        # its end starts a new line. Padding to the end of the file is space being written: wait there.
-        while (nul := whole.find(b"\0", pos)) >= 0:
-            after = _NOT_NUL.search(whole, nul)
-            resume = base + after.start() if after else self._past_padding(base + len(whole), now) if full else None
-            if resume is None:
-                pos = self._records(whole, pos, nul, out)
-                self.at, self.buf, self.caught_up = base + nul, whole[pos:nul], True
-                break
-            self._records(whole, pos, nul, out, cut=True)
-            if after is None:  # (the data is beyond this bite)
-                self.at, self.buf, self.caught_up = resume, b"", False
-                break
-            pos = after.start()
-        else:
-            pos = self._records(whole, pos, len(whole), out)
-            self.at, self.buf, self.caught_up = base + len(whole), whole[pos:], not full
-        return self._queue(out)
-
-    def _past_padding(self, start: int, now: float) -> int | None:
-        """Where data follows a run of padding longer than a bite, None if padding runs to the end of the file.
-        Holes are skipped (SEEK_DATA); padding written as NULs is scanned, a bounded stretch per check."""
-        if now - self._padding_checked < CHECK_S:
-            return None
-        self._padding_checked = now
-        at = start
-        for _ in range(PADDING_BITES):
-            try:
-                at = os.lseek(self.fd, at, os.SEEK_DATA)
-            except OSError:  # no data past `at`
-                return None
-            chunk = os.pread(self.fd, READ_BYTES, at)
-            if not chunk:
-                return None
-            found = _NOT_NUL.search(chunk)
-            if found:
-                return at + found.start()
-            at += len(chunk)
-        return None
-
-    def _records(self, data: bytes, pos: int, end: int, out: list[bytes], cut: bool = False) -> int:
-        """Append the whole records of data[pos:end] to `out`; returns where the first one not yet whole
-        starts (when `cut`, padding follows: what is left there is torn)."""
-        while (nl := data.find(b"\n", pos, end)) >= 0:
-            if self.kind == "jsonl" or not fmt.RECORD_START.match(data, pos):
-                self._take_line(data[pos : nl + 1], out)
-                pos = nl + 1
-                continue
-            stop, whole = fmt.continuation_end(data, nl + 1, end, fmt.declared_count(data[pos:nl]))
-            if whole is None:  # short of its count: wait for the rest
-                break
-            if whole:
-                out.append(data[pos:stop])
-            else:
-                self.torn += 1
-            pos = stop
-        if cut and pos < end:
-            self.torn += 1
-            return end
-        return pos
-
-    def _take_line(self, line: bytes, out: list[bytes]) -> None:
-        """A line that does not start a glog record: a JSON-lines record, a header line, or a stray line
-        (not part of any record, format 5)."""
-        if self.kind == "jsonl" and fmt.parse_json(line) is not None:
-            out.append(line)
-        elif line.strip(b"\r\n") and (self.kind == "jsonl" or not fmt.is_header_line(line)):
-            self.skipped += 1
-
-    def _read_head(self, now: float) -> None:
-        """The meta record (rank, host, pid, year, time zone) and its clock slots, which the rank rewrites
-        in place once measured."""
-        self._checked = now
-        meta = fmt.meta_of_head(os.pread(self.fd, HEAD_BYTES, 0))
-        if meta is not None:
-            self.meta = meta
-            self.clock = Clock.from_meta(meta)
-
-    def _queue(self, texts: list[bytes]) -> int | None:
-        if not texts:
-            return None
-        if self.kind == "jsonl":
-            objs = [fmt.parse_json(t) for t in texts]
-            raw = [o.get(fmt.TS) if type(o.get(fmt.TS)) is int else 0 for o in objs]
-            texts = [fmt.json_to_glog(o, self.rank, _NO_STAMP).encode() for o in objs]
-            self.queue_obj += objs
-        else:
-            raw = [self._epoch_us(t) for t in texts]
-        ts = self.clock.correct(np.array(raw, np.int64))
-        # The meta record is stamped when the file is made, after the first record was: it does not count.
-        counted = ts[1:] if not self.records and fmt.META_EVENT.encode() in texts[0][:200] else ts
-        if len(counted):
-            running = np.maximum.accumulate(np.append(self.frontier, counted))
-            self.slack = max(self.slack, int((running[1:] - counted).max()))
-            self.frontier = int(running[-1])
-        joined = b"".join(texts)
-        if _END.search(joined) or _DIED.search(joined):
-            self.ended = True
-        self.queue_ts += ts.tolist()
-        self.queue_text += texts
-        self.records += len(texts)
-        return int(ts.max())
-
-    def take(self, cut: int) -> tuple[np.ndarray, np.ndarray, list[bytes], list[dict]]:
-        """The queued records up to time `cut`: their times, places in the file's queue, texts, objects."""
-        ts = np.array(self.queue_ts, np.int64)
-        taken = ts <= cut
-        if taken.all():
-            out = (ts, np.arange(len(ts)), self.queue_text, self.queue_obj)
-            self.queue_ts, self.queue_text, self.queue_obj = [], [], []
-            return out
-        picked, left = np.flatnonzero(taken).tolist(), np.flatnonzero(~taken).tolist()
-        texts, objs = self.queue_text, self.queue_obj
-        out = (
-            ts[picked],
-            np.array(picked, np.int64),
-            [texts[i] for i in picked],
-            [objs[i] for i in picked] if objs else [],
-        )
-        self.queue_ts = ts[left].tolist()
-        self.queue_text = [texts[i] for i in left]
-        self.queue_obj = [objs[i] for i in left] if objs else []
-        return out
-
-    def _epoch_us(self, text: bytes) -> int:
-        """A glog stamp (the writer's local time, no year) as epoch µs: the year and zone from the meta record."""
-        second = text[1:14]
-        epoch = self._seconds.get(second)
-        if epoch is None:
-            created = str((self.meta or {}).get("created", "")) or time.strftime("%Y-%m")
-            year, month = int(created[:4]), int(created[5:7])
-            mm, dd = int(second[:2]), int(second[2:4])
-            hh, mi, ss = int(second[5:7]), int(second[8:10]), int(second[11:13])
-            epoch = calendar.timegm((year + (mm < month), mm, dd, hh, mi, ss))
-            epoch -= int((self.meta or {}).get("utc_offset_s") or time.localtime().tm_gmtoff)
-            self._seconds[second] = epoch
-        return epoch * 1_000_000 + int(text[15:21])
-
-    # -- liveness ------------------------------------------------------------------------------------------
-    def check_process(self, now: float) -> bool:
-        """Whether the rank's process has just been found gone: its pid on this host no longer runs, at two
-        checks at least GRACE_S apart (`distvlog launch`'s parent of a rank that died appends how in between).
-        What it left is read by the caller."""
-        if self.done or self.meta is None or self.meta.get("host") != _HOST:
-            return False
-        pid = self.meta.get("pid")
-        if type(pid) is not int or alive(pid):
-            self._missing_since = None
-            return False
-        if self._missing_since is None:
-            self._missing_since = now
-        if now - self._missing_since < GRACE_S:
-            return False
-        self.gone = True
-        return True
-
-    def finish(self) -> None:
-        """No more is coming: a record left unfinished is torn."""
-        if self.buf:
-            self.torn += 1
-            self.buf = b""
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-def alive(pid: int) -> bool:
-    """Whether pid runs (a zombie does not: it has exited and waits for its parent)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return True
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
 class Follow:
@@ -347,7 +69,8 @@ class Follow:
         self.run_dir, self.write, self.select, self.jsonl, self.take = run_dir, write, select, jsonl, take
         self.wanted = wanted
         self.delay_s, self.idle_s, self.stop, self.say = delay_s, idle_s, stop, say
-        self.tails: dict[str, _Tail] = {}
+        self.tails: dict[str, Tail] = {}
+        self._not_new: set[Path] = set()  # files under the run directory that are not news: followed or not evidence
         self.arrivals: deque[tuple[float, int]] = deque()  # (when read, newest time read then)
         self.due = NEVER  # records up to this time have waited long enough
         self.last_ts: int | None = None
@@ -393,7 +116,7 @@ class Follow:
         for tail in self.tails.values():
             tail.finish()
 
-    def _read(self, tail: _Tail, now: float) -> None:
+    def _read(self, tail: Tail, now: float) -> None:
         """Queue the records the file gained (one bite of it)."""
         newest = tail.poll(now)
         if newest is not None:
@@ -406,12 +129,21 @@ class Follow:
 
     def _find_files(self) -> None:
         try:
-            names = [p for p in self.run_dir.iterdir() if _RANK_FILE.match(p.name)]
+            names = [p for p in self.run_dir.iterdir() if RANK_FILE.match(p.name)]
         except OSError:
             return
         for path in sorted(names, key=lambda p: p.name):
             if path.name not in self.tails:
-                self.tails[path.name] = _Tail(path, self.say)
+                self.tails[path.name] = Tail(path, self.say)
+        for path, reader, rank in growing_evidence(self.run_dir, self._not_new):
+            key = str(path.relative_to(self.run_dir))
+            if reader in STATIC_EVIDENCE:
+                self.tails[key] = StaticTail(path, self.say, reader, rank)
+            elif rank is not None:
+                self.tails[key] = TextTail(path, self.say, rank)
+            else:
+                continue  # (an NCCL file before its init line: looked at again)
+            self._not_new.add(path)
 
     def _cut(self, now: float) -> int:
         """Records up to this time can go. A file not read to its end holds back what it may still hold
@@ -518,7 +250,7 @@ class Follow:
         if now - self._last_news >= self.idle_s:
             self.reason = f"no rank wrote for {self.idle_s:g} s"
             return True
-        tails = list(self.tails.values())
+        tails = [t for t in self.tails.values() if t.ends]  # (other programs' files say no end: --idle does)
         if not tails or not all(t.done and t.caught_up for t in tails):
             self._all_done_at = None
             return False
@@ -567,7 +299,7 @@ class Follow:
 class _Batch:
     """Released records in output order, with the columns merge's filters (`Select`) read off a Block."""
 
-    def __init__(self, ts: np.ndarray, tails: list[_Tail], texts: list[bytes], objs: list) -> None:
+    def __init__(self, ts: np.ndarray, tails: list[Tail], texts: list[bytes], objs: list) -> None:
         self.ts, self.tails, self.texts, self.objs = ts, tails, texts, objs
         self.rank = np.fromiter((t.rank for t in tails), np.int64, len(tails))
         self.severity = np.frombuffer(bytes(t[0] for t in texts), np.uint8)
@@ -627,7 +359,7 @@ def resolve_run(path: str) -> Path:
         raise InputError(
             f"{path}: {'not a directory' if given.exists() else 'no such directory'} (--follow reads a run directory)"
         )
-    if any(_RANK_FILE.match(p.name) for p in given.iterdir()):
+    if any(RANK_FILE.match(p.name) for p in given.iterdir()) or next(growing_evidence(given, set()), None):
         return given.resolve()
     if (given / "latest").is_dir():
         return (given / "latest").resolve()
@@ -699,7 +431,7 @@ class _Output:
         created = time.strftime("%Y/%m/%d %H:%M:%S")
         what = f"follow of {self.run_dir}, clocks corrected to rank 0"
         self.write(
-            f"{fmt.HEADER_CREATED}{created}\n{fmt.HEADER_MACHINE}{_HOST}\n{fmt.MERGED_MARK} {what}\n"
+            f"{fmt.HEADER_CREATED}{created}\n{fmt.HEADER_MACHINE}{HOST}\n{fmt.MERGED_MARK} {what}\n"
             f"{fmt.HEADER_FORMAT}\n".encode()
         )
 

@@ -7,8 +7,8 @@
 A `Source` is one input file: our per-rank files (glog text or JSON lines, with a header giving rank, host,
 year and clock offset to rank 0) or foreign glog files (C++ glog, absl-py, Paddle, c10d/NCCL), whose rank
 comes from `[rank R]` tags, `--rank-of FILE=R` or `[Rank N]` in the message, and other programs' evidence
-(Flight Recorder dumps, torchrun's and Paddle's per-worker files: _evidence), whose rank comes from the
-launcher's layout or the file's name. It yields `Block`s of whole
+(Flight Recorder dumps, profiler traces, NCCL's debug files, torchrun's and Paddle's per-worker files:
+_evidence), whose rank comes from what the file says, the launcher's layout or the file's name. It yields `Block`s of whole
 records in file order, as columns over a buffer of glog text; `ts` is epoch µs, on rank 0's clock unless
 clock correction is off. Every input line ends up in a record, the header, or `counts.skipped` with a
 reason. What the tools say about their input (warnings, counts) is here too.
@@ -19,6 +19,10 @@ from __future__ import annotations
 from ._arena import Arena, Slot
 from ._block import Block, Counts
 from ._bytes import restamp, take
+from ._evidence import STATIC as STATIC_EVIDENCE
+from ._evidence import growing as growing_evidence
+from ._evidence import line_reader
+from ._evidence import objects as evidence_objects
 from ._files import parse_int_list, resolve_inputs, trim_left_by_the_dead
 from ._header import Clock
 from ._notes import Warn, after_reading, ignore, say_runs_read, skipped_text, total, warner
@@ -31,6 +35,7 @@ __all__ = [
     "Arena",
     "Block",
     "PAD",
+    "STATIC_EVIDENCE",
     "Clock",
     "Counts",
     "Record",
@@ -39,9 +44,12 @@ __all__ = [
     "Warn",
     "add_input_arguments",
     "after_reading",
+    "evidence_objects",
     "from_glog",
     "from_json",
+    "growing_evidence",
     "ignore",
+    "line_reader",
     "open_inputs",
     "open_sources",
     "parse_int_list",

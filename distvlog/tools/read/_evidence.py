@@ -2,13 +2,16 @@
 needs, which rank it speaks for, and the records themselves as a stream of our JSON lines.
 
 The reader is chosen from the content (`sniff`, the first 4 KiB), never from the name alone: a Flight
-Recorder dump (pickle or JSON, _flight), a profiler's Chrome trace (_kineto), torchrun's `error.json`, or a
-torchrun worker's stdout/stderr, whose lines mostly carry no time of their own (_torchrun). Glog text (Paddle's workerlog.N, c10d / NCCL
-logs) goes to the glog reader as it is. Our own rank files are never sniffed: their names say what they are.
+Recorder dump (pickle or JSON, _flight), a profiler's Chrome trace (_kineto), torchrun's `error.json`
+(_torchrun), and text whose lines mostly carry no time of their own (_lines): a torchrun worker's
+stdout/stderr, or NCCL's debug file (_nccl: its first line is NCCL's). Glog text (Paddle's workerlog.N,
+c10d logs) goes to the glog reader as it is. Our own rank files are never sniffed: their names say what
+they are.
 
-The rank comes from what the evidence says: a trace's `distributedInfo.rank`, the launcher's layout (`attempt_K/R/`, `workerlog.N`, for one
-node the local rank is the global rank), the digits ending a dump's name (torch names dumps
-`<prefix><rank>`), and `--rank-of FILE=R` where nothing says it.
+The rank comes from what the evidence says: a trace's `distributedInfo.rank`, an NCCL file's communicator
+init line, the launcher's layout (`attempt_K/R/`, `workerlog.N`, for one node the local rank is the global
+rank), the digits ending a dump's name (torch names dumps `<prefix><rank>`), and `--rank-of FILE=R` where
+nothing says it.
 
 Converted files are held compressed in memory (zlib), a stream the reader reads like a file: a thousand
 dumps of 2,000 entries each stay far below their size as Python objects.
@@ -22,6 +25,7 @@ import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +33,10 @@ from ... import format as fmt
 from ...errors import InputError
 
 FLIGHT, TORCHRUN_ERROR, WORKER_OUTPUT = "flight recorder dump", "torchrun error.json", "torchrun worker output"
-KINETO = "profiler trace"
+KINETO, NCCL_DEBUG = "profiler trace", "NCCL debug output"
+_OWN_RANK = (KINETO, NCCL_DEBUG)  # readers whose file says its rank itself
+PADDLE = "Paddle workerlog"  # glog text, which `merge --follow` reads as lines (the others: by the glog reader)
+STATIC = (FLIGHT, KINETO, TORCHRUN_ERROR)  # written once, when the job fails or ends
 SNIFF_BYTES = 4096
 MAX_BYTES = 1 << 30  # a file read whole to be converted (a dump of 2,000 entries is a few MB)
 _DEPTH = 6  # how deep a directory is searched (torchrun: D/<run>/attempt_K/R/stdout.log)
@@ -68,7 +75,7 @@ def sniff(path: Path) -> str | None:
             head = f.read(SNIFF_BYTES)
     except OSError:
         return None
-    from . import _flight, _kineto, _torchrun  # (only where a file may be evidence: our own files need none)
+    from . import _flight, _kineto, _nccl, _torchrun  # (only where a file may be evidence: our own files need none)
 
     if _flight.looks_like(head):
         return FLIGHT
@@ -78,22 +85,59 @@ def sniff(path: Path) -> str | None:
         return TORCHRUN_ERROR
     if is_worker_output(path) and not fmt.is_header_line(head.partition(b"\n")[0]):
         return WORKER_OUTPUT
+    if not _WORKERLOG.fullmatch(path.name) and _nccl.looks_like(head):  # (a workerlog is Paddle's glog text)
+        return NCCL_DEBUG
     return None
 
 
 def find(directory: Path) -> list[Path]:
     """The evidence under a directory: files a reader of ours reads (by content) with a rank their layout
-    gives (a profiler trace: its own), and Paddle's workerlog.N; in path order. Our own rank files are not
-    among them."""
-    found: list[Path] = []
-    for path in _walk(directory, 0, [0]):
-        if _WORKERLOG.fullmatch(path.name):
-            found.append(path)
-        elif path.suffix == ".json" or path.name in _WORKER_FILES or _ends_in_digits(path.name):
-            reader = sniff(path)  # only names a dump, a trace or torchrun's files can have are read
-            if reader == KINETO or (reader and layout_rank(path, reader) is not None):
-                found.append(path)
+    gives (a profiler trace, NCCL's debug file: their own), and Paddle's workerlog.N; in path order. Our
+    own rank files are not among them. Every other file's first 4 KiB are read: NCCL's debug files have
+    any name (`NCCL_DEBUG_FILE`)."""
+    found = [path for path in _walk(directory, 0, [0]) if _is_evidence(path)]
     return sorted(found, key=lambda p: [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", str(p))])
+
+
+def growing(directory: Path, skip: set[Path]) -> Iterator[tuple[Path, str, int | None]]:
+    """`merge --follow`'s view of the evidence under a directory, as the job writes it: (path, reader,
+    rank) of each file not in `skip`, the files written once (STATIC) or text read line by line (TEXT, the
+    workerlog's and NCCL's too). Files that are not evidence are added to `skip` once they hold bytes; an
+    NCCL file whose rank no init line says yet is looked at again (rank None: not yet)."""
+    for path in _walk(directory, 0, [0]):
+        if path in skip:
+            continue
+        reader = PADDLE if _WORKERLOG.fullmatch(path.name) else sniff(path)
+        if reader == NCCL_DEBUG:
+            from . import _nccl
+
+            with open(path, "rb") as f:
+                yield path, reader, _nccl.rank_of(f.read(1 << 20))
+        elif reader is not None and (reader == KINETO or layout_rank(path, reader) is not None):
+            yield path, reader, layout_rank(path, reader)
+        elif _size(path):
+            skip.add(path)
+
+
+def line_reader(rank: int, name: str, now_us: int) -> Any:
+    """A reader of a text file's lines as they come (_lines.Lines), for `merge --follow`."""
+    from ._lines import Lines
+
+    return Lines(rank, name, now_us)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _is_evidence(path: Path) -> bool:
+    if _WORKERLOG.fullmatch(path.name):
+        return True
+    reader = sniff(path)
+    return reader is not None and (reader in _OWN_RANK or layout_rank(path, reader) is not None)
 
 
 def _walk(directory: Path, depth: int, seen: list[int]) -> Iterator[Path]:
@@ -133,8 +177,14 @@ def _read_whole(path: Path) -> tuple[bytes, int]:
 
 def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[str]]:
     """The file's records as a stream of our JSON lines, and what to warn about once. `rank`: the one
-    --rank-of or the layout gives (a trace's own rank comes first)."""
-    from . import _flight, _kineto, _torchrun, _unpickle
+    --rank-of or the layout gives (a trace's own rank, an NCCL file's init line's, come first)."""
+    objs, notes = objects(path, reader, rank)
+    return Converted(path, b"".join(fmt.json_record(obj) for obj in objs)), notes
+
+
+def objects(path: Path, reader: str, rank: int | None) -> tuple[list[dict], list[str]]:
+    """The file's records as our JSON-lines objects, and what to warn about once (see `convert`)."""
+    from . import _flight, _kineto, _lines, _nccl, _torchrun, _unpickle
 
     data, mtime_us = _read_whole(path)
     notes: list[str] = []
@@ -145,6 +195,8 @@ def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[
         except ValueError as exc:
             raise InputError(f"{path}: {exc}") from None
         rank = _kineto.rank_of(trace) if _kineto.rank_of(trace) is not None else rank
+    elif reader == NCCL_DEBUG and (said := _nccl.rank_of(data)) is not None:
+        rank = said
     if rank is None:
         raise InputError(
             f"{path}: cannot tell which rank wrote it (it and its place say none); pass --rank-of {path}=R"
@@ -166,8 +218,8 @@ def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[
     elif reader == TORCHRUN_ERROR:
         objs = _torchrun.error_records(data, rank, mtime_us, path.name)
     else:
-        objs = _torchrun.output_records(data, rank, mtime_us, path.name)
-    return Converted(path, b"".join(fmt.json_record(obj) for obj in objs)), notes
+        objs = _lines.records(data, rank, mtime_us, path.name)
+    return objs, notes
 
 
 class Converted:
