@@ -23,6 +23,7 @@ line names both sides of the first such value: `[ranks 0-16,18-1023: checksum=da
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,9 +128,12 @@ class Folded:
     missing: list[int]
 
 
+_BY_TIME = operator.attrgetter("ts", "rank")  # (in C: a group of 1,024 members is sorted without a Python call each)
+
+
 def fold(members: Sequence[Member], expected: int, missing: list[int]) -> Folded:
     """Judge a group (see the module's docstring): `expected` ranks should have written it, `missing` did not."""
-    members = sorted(members, key=lambda m: (m.ts, m.rank))
+    members = sorted(members, key=_BY_TIME)
     if members[0].shape is LOOSE:
         return Folded([], None, [], [], [(m, "") for m in members], missing)
     if 2 * len(members) <= expected:
