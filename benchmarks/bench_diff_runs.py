@@ -112,19 +112,19 @@ def main() -> None:
             "diff RUN_A": [*diff, str(runs["A"]), "-o", os.devnull],
             "diff RUN_A RUN_B": [*diff, str(runs["A"]), str(runs["B"]), "-o", os.devnull],
         }
-        got: dict[str, list[tuple[float, int]]] = {name: [] for name in commands}
+        got: dict[str, list[tuple[float, int, float]]] = {name: [] for name in commands}
         for _ in range(args.rounds):
             for name, cmd in commands.items():
                 got[name].append(run_one(cmd))
         print(f"{args.ranks} ranks x {args.steps} steps, {size / 2**20:.1f} MiB a run, median of {args.rounds} rounds:")
-        med = {
-            name: (statistics.median(w for w, _ in v), statistics.median(m for _, m in v)) for name, v in got.items()
-        }
-        for name, (wall, rss) in med.items():
-            print(f"  {name:18s} {wall * 1e3:8.0f} ms  peak RSS {rss / 1024:6.1f} MiB")
-        ratio = statistics.median(b[0] / a[0] for a, b in zip(got["diff RUN_A"], got["diff RUN_A RUN_B"]))
+        med = {name: [statistics.median(run[k] for run in v) for k in range(3)] for name, v in got.items()}
+        for name, (wall, rss, cpu) in med.items():
+            print(f"  {name:18s} {wall * 1e3:8.0f} ms ({cpu * 1e3:6.0f} ms CPU)  peak RSS {rss / 1024:6.1f} MiB")
+        ratio, cpu = (
+            statistics.median(b[k] / a[k] for a, b in zip(got["diff RUN_A"], got["diff RUN_A RUN_B"])) for k in (0, 2)
+        )
         rss = med["diff RUN_A RUN_B"][1] / med["diff RUN_A"][1]
-        print(f"two-run / one-run: {ratio:.2f}x time (goal <= 2x), {rss:.2f}x peak RSS")
+        print(f"two-run / one-run: {ratio:.2f}x time, {cpu:.2f}x CPU (goal <= 2x), {rss:.2f}x peak RSS")
     finally:
         shutil.rmtree(tmp)
 

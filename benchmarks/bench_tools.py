@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_merge import ROOT, generate  # noqa: E402
 
 
-def run_one(cmd: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one run."""
+def run_one(cmd: list[str]) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (KiB) and CPU seconds (user + system: the steadier figure on a shared machine)
+    of one run."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -34,7 +35,7 @@ def run_one(cmd: list[str]) -> tuple[float, int]:
     proc.stderr.close()
     if os.waitstatus_to_exitcode(status) not in (0, 1):  # diff: 1 is "found something"
         raise SystemExit(f"{cmd} failed: {err[-2000:]}")
-    return wall, usage.ru_maxrss
+    return wall, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -56,14 +57,14 @@ def main() -> None:
                 "trace": [sys.executable, "-m", "distvlog", "trace", str(run), "-o", str(tmp / "t.json")],
                 "diff": [sys.executable, "-m", "distvlog", "diff", str(run), "-o", os.devnull],
             }
-            got: dict[str, list[tuple[float, int]]] = {name: [] for name in tools}
+            got: dict[str, list[tuple[float, int, float]]] = {name: [] for name in tools}
             for _ in range(args.rounds):
                 for name, cmd in tools.items():
                     got[name].append(run_one(cmd))
             records = n * args.ranks
             for name, runs in got.items():
-                wall = statistics.median(t for t, _ in runs)
-                rss = max(r for _, r in runs)
+                wall = statistics.median(t for t, _, _ in runs)
+                rss = max(r for _, r, _ in runs)
                 print(
                     f"{name:6} {records:>10,} {size / 1e6:>6.0f}MB {wall:>7.2f}s {records / wall:>11,.0f} "
                     f"{rss / 1024:>7.0f}MB",

@@ -445,8 +445,9 @@ def loads(data: bytes | str) -> Any:
 
 # -- texts of glog bodies (2.4, 2.5) ---------------------------------------------------------------------------
 _BARE_ASCII = re.compile(r"[!#-<>-~]*[!#-<>-\\^-|~]").fullmatch  # printable, no space = ", not ending ] }
-_TYPED = re.compile(r"-?(?:[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?|inf)|nan|True|False|None").fullmatch
-_INT = re.compile(r"-?[0-9]+").fullmatch
+_INT_TEXT, _FLOAT_TEXT = r"-?[0-9]+", r"-?(?:[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?|inf)|nan"
+_TYPED = re.compile(f"{_FLOAT_TEXT}|True|False|None").fullmatch
+_INT = re.compile(_INT_TEXT).fullmatch
 _CONSTANTS = {"True": True, "False": False, "None": None}
 _WORDS = frozenset({*_CONSTANTS, "nan", "inf"})  # identifiers that read back as another type
 _TYPED_FIRST = frozenset("-0123456789inTFN")  # how a text that reads back as another type can start
@@ -790,23 +791,45 @@ class Body(NamedTuple):
     count: int  # the continuation lines it declares (0: none declared)
 
 
+# A pair whose NAME and VALUE are both bare and hold no `"`, bracket or brace (most pairs): `_peel` reads it as
+# the text from the space before it, and so does one search and one match, which also tells the VALUE's type
+# (group 2: an int, 3: a float, 4: a str or a constant), as `_read_value` would.
+_BARE_TOKEN = r'[^ ="\[\]{}]+'
+_BARE_PAIR = re.compile(f"({_BARE_TOKEN})=(?:({_INT_TEXT})|({_FLOAT_TEXT})|({_BARE_TOKEN}))").fullmatch
+_BARE_VALUE = (None, None, int, float, lambda token: _CONSTANTS.get(token, token))
+
+
 def split_body(body: str) -> Body:
     """A record's first line after its `[rank R] ` tag: message, fields and declared line count (2.3)."""
     end = len(body)
     found: list[tuple[str, Any]] = []
-    count = declared_count(body.encode("utf-8", "surrogatepass")) if "=" in body else 0
+    if "=" not in body:
+        return Body(_message(body), {}, 0)
+    count = declared_count(body.encode("utf-8", "surrogatepass"))
     if count:
         end = max(body.rfind(COUNT_TEXT), 0)  # (the tag's space precedes a body that is only the count)
-    peeled = _peel(body, end) if "=" in body else None
-    while peeled is not None:
+    while True:
+        space = body.rfind(" ", 0, end)
+        bare = _BARE_PAIR(body, space + 1, end) if space >= 0 else None
+        if bare is not None:
+            kind = bare.lastindex
+            found.append((bare[1], _BARE_VALUE[kind](bare[kind])))
+            end = space
+            continue
+        peeled = _peel(body, end)
+        if peeled is None:
+            break
         found.append((peeled[1], peeled[2]))
         end = peeled[0]
-        peeled = _peel(body, end)
-    message = body[:end]
+    return Body(_message(body[:end]), dict(reversed(found)), count)
+
+
+def _message(message: str) -> str:
+    """A body's MESSAGE decoded (2.4)."""
     if message[:1] == '"':
         with contextlib.suppress(ValueError):  # not ours (a foreign message, version 1): the text as it is
             message = _read_string(message)
-    return Body(message, dict(reversed(found)), count)
+    return message
 
 
 # -- glog: writing (2.1 - 2.6) --------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Records are "the same" when they have the same severity and site (file:line), th
 (numbers, hex digests, addresses: in the message and the fields alike, so `relu2GradNode` is `relu#GradNode`)
 are set aside, the same `step`, `bucket`, `epoch` or `iteration`, and the same position among each rank's
 records so alike: the k-th `allreduce end` of step 5 bucket 0 on every rank is one group. A record's text is
-cut into its values once per distinct body; _fold judges a group once it is released.
+cut into its values once per distinct body (digits aside); _fold judges a group once it is released.
 
 Groups are released in the order their first record came, each when every expected rank has written to
 it, or once WINDOW_PER_RANK records per rank have passed since it opened (a record that never finds its
@@ -19,10 +19,13 @@ also goes once it has waited `wait_s` seconds: the live view lags behind the slo
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from ...wording import plural
 from ._fold import LOOSE, Folded, Member, Shape, fold
@@ -45,40 +48,59 @@ _SPACES = re.compile(r"  +")
 _FIELD_START = re.compile(r'(?:^| |\n|\0)([^\s="\0]+)=[^\s]*$')
 
 
+# Digits 2-9 as 1: _VALUE finds the same values at the same places in a body so masked, as it treats every
+# digit alike but for the 0 of `0x`. Ranks mostly write bodies that differ only in such digits (norms, times,
+# losses), so bodies masked alike are cut once.
+_MASK = bytes.maketrans(b"23456789", b"11111111")
+
+
+class _Cut(NamedTuple):
+    """How the bodies masked alike are cut: their shape, their values' places (slices of the decoded body, and
+    an empty one after them: itemgetter of one slice would give a str, not a tuple), the part of the group key
+    their text makes, and which values say which record of a kind it is."""
+
+    shape: Shape
+    values: Callable[[str], tuple[str, ...]]
+    key: str
+    identity: tuple[int, ...]
+
+
 class Decoder:
     """Records (glog text in our form, as the reader yields them: other programs' and JSON lines rewritten
-    into it) into Members and their group keys. Ranks write the same bodies over and over, and bodies of one
-    shape: each is decoded once (bounded caches)."""
+    into it) into Members and their group keys. Ranks write bodies that differ only in digits, and bodies of
+    one shape: each is cut once (bounded caches)."""
 
     def __init__(self) -> None:
-        self._bodies: dict[bytes, tuple[Shape, list[str], tuple]] = {}
+        self._cuts: dict[bytes, _Cut] = {}
         self._shapes: dict[tuple[str, ...], tuple[Shape, tuple[int, ...]]] = {}
 
     def __call__(self, text: bytes, ts: int, rank: int) -> tuple[tuple, Member]:
         match = _PREFIX.match(text)
         if match is None:  # not a record in the reader's form: shown as it is, folded with nothing
-            return (text, rank), Member(rank, ts, 0, LOOSE, [], text)
+            return (text, rank), Member(rank, ts, 0, LOOSE, (), text)
         body = text[match.end() :]
-        hit = self._bodies.get(body)
-        if hit is None:
-            if len(self._bodies) >= CACHE_BODIES:
-                self._bodies.clear()
-            hit = self._bodies[body] = self._decode(body)
-        shape, tokens, key = hit
-        return (text[0], match.group(1), key), Member(rank, ts, match.end(1), shape, tokens, text)
+        masked = body.translate(_MASK)
+        cut = self._cuts.get(masked)
+        if cut is None:
+            if len(self._cuts) >= CACHE_BODIES:
+                self._cuts.clear()
+            cut = self._cuts[masked] = self._cut(body)
+        tokens = cut.values(body.decode("utf-8", "replace"))[:-1]
+        key = (cut.key, *[tokens[k] for k in cut.identity])
+        return (text[0], match.group(1), key), Member(rank, ts, match.end(1), cut.shape, tokens, text)
 
-    def _decode(self, body: bytes) -> tuple[Shape, list[str], tuple]:
-        pieces = _VALUE.split(body.decode("utf-8", "replace"))
-        parts, tokens = tuple(pieces[0::2]), pieces[1::2]
+    def _cut(self, body: bytes) -> _Cut:
+        pieces = _VALUE.split(body.decode("utf-8", "replace"))  # text, value, text, ..., text
+        parts, bounds = tuple(pieces[0::2]), list(itertools.accumulate(map(len, pieces)))
         found = self._shapes.get(parts)
         if found is None:
             if len(self._shapes) >= CACHE_BODIES:
                 self._shapes.clear()
             found = self._shapes[parts] = _shape(parts)
         shape, identity = found
+        values = operator.itemgetter(*map(slice, bounds[0::2], bounds[1::2]), slice(0, 0))
         # (padding that a value's width changes, as in the meta record's clocks, does not make another record)
-        key = (_SPACES.sub(" ", "\0".join(parts)), *(tokens[k] for k in identity))
-        return shape, tokens, key
+        return _Cut(shape, values, _SPACES.sub(" ", "\0".join(parts)), identity)
 
 
 def _shape(parts: tuple[str, ...]) -> tuple[Shape, tuple[int, ...]]:

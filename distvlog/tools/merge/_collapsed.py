@@ -81,9 +81,8 @@ def folded_batches(merge: KWayMerge, select: Callable, collapse: Collapser) -> I
     """The merged records fed to the folding, a batch at a time: what each batch released; the rest at the end."""
     for batch in merge.batches(select):
         released = []
-        for which, i in zip(batch.which.tolist(), batch.index.tolist()):
-            block = batch.blocks[which]
-            released += collapse.add(block.text(i), int(block.ts[i]), int(block.rank[i]))
+        for text, ts, rank in batch.records():
+            released += collapse.add(text, ts, rank)
         yield released
     yield collapse.flush()
 

@@ -43,6 +43,25 @@ class Batch:
     def __len__(self) -> int:
         return len(self.index)
 
+    def records(self) -> Iterator[tuple[bytes, int, int]]:
+        """Each record's glog text, time and rank, in order, for a reader of records one by one (the folding):
+        gathered a block at a time, not a numpy look-up per record and field."""
+        texts: list[bytes] = [b""] * len(self)
+        ts, rank = np.empty(len(self), np.int64), np.empty(len(self), np.int64)
+        order = np.argsort(self.which, kind="stable")
+        ends = np.cumsum(np.bincount(self.which, minlength=len(self.blocks))).tolist()
+        for block, lo, hi in zip(self.blocks, [0, *ends], ends):
+            if lo == hi:
+                continue
+            at, index = order[lo:hi], self.index[order[lo:hi]]
+            ts[at], rank[at] = block.ts[index], block.rank[index]
+            start, end = block.start[index], block.end[index]
+            base = int(start.min())
+            data = block.slot.buffer[base : int(end.max())].tobytes()
+            for k, s, e in zip(at.tolist(), (start - base).tolist(), (end - base).tolist()):
+                texts[k] = data[s:e]
+        return zip(texts, ts.tolist(), rank.tolist())
+
     def pieces(self, max_bytes: int) -> Iterator[Batch]:
         """The batch in pieces of about max_bytes of records (by the blocks' mean record size): a pop after
         every input's first block holds most of the records read, and a batch is gathered in one buffer."""
