@@ -150,6 +150,18 @@ def test_values_agree_spread_or_set_a_minority_apart(tmp_path, cli):
     assert len(lines) == 7
 
 
+def test_infinities_of_either_sign_fold_as_numbers(tmp_path, cli):
+    """A rank whose norm is -inf (an exploded gradient) is set apart like a NaN or +inf one, never a crash."""
+    t = T0 + 1_000_000
+    norms = ["1.5", "-inf", "1.5", "inf"]
+    files = {r: [(t + 100 * r, f"I grad_stats step=3 node=mul norm={norm}")] for r, norm in enumerate(norms)}
+    code, out, err = cli("merge", "--collapse", _run(tmp_path, files))
+    assert code == 0, err
+    lines = [line.split("] ", 1)[1] for line in out.splitlines() if line[:1] == "I" and "distvlog-meta" not in line]
+    assert lines[0].startswith("[ranks 0,2: norm=1.5; rank 1: norm=-inf; rank 3: norm=inf]"), lines
+    assert any(line.startswith("[rank 1 differs: norm=-inf]") for line in lines), lines
+
+
 def test_a_record_only_some_ranks_wrote_stays_whole_and_a_missing_one_is_named(tmp_path, cli):
     """Rank 1 logs one allreduce more at step 1 (`[rank 1 only]`, and the steps after still fold: a record's
     place is counted within its step); rank 2 logs no allreduce end at step 2 (the others' line names it)."""

@@ -53,7 +53,7 @@ def value(token: str) -> Any:
         return Address(token)
     if token[0] == '"' or _HEX.fullmatch(token):
         return Digest(token)
-    if token in ("nan", "inf") or "." in token or "e" in token or "E" in token:
+    if token.lstrip("-") in ("nan", "inf") or "." in token or "e" in token or "E" in token:
         return float(token)
     return int(token)
 
