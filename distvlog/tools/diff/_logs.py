@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -295,6 +296,25 @@ def _collective(mine: RankLogs, rec: Record, event: str, open_collectives: dict[
         c.params[str(f.get("param"))] = str(f.get("checksum"))
 
 
+_SHARED_KEPT = 4096
+_shared_values: dict[str, Any] = {}
+
+
+def _shared(value: Any) -> Any:
+    """One object for equal sizes or dtypes: every rank's dump repeats the same few thousands of times, and
+    diff keeps an entry per collective per rank (by their repr: what sizes and dtypes hold, ints and strs,
+    reads the same only when equal)."""
+    if type(value) is not list:
+        return value
+    key = repr(value)
+    kept = _shared_values.get(key)
+    if kept is None:
+        if len(_shared_values) >= _SHARED_KEPT:
+            _shared_values.clear()
+        kept = _shared_values[key] = value
+    return kept
+
+
 def _loss(mine: RankLogs, rec: Record) -> None:
     """A `loss` field (NaN too: a diverged run's) of a record logged within a step."""
     step, loss = rec.fields.get("step"), rec.fields[fmt.LOSS]
@@ -312,12 +332,12 @@ def _flight(mine: RankLogs, rec: Record, event: str) -> None:
         timeout = f.get("timeout_ms")
         entry = FrEntry(
             *key[:2],
-            str(f.get("op")),
-            f.get("sizes"),
-            f.get("dtypes"),
-            str(f.get("state")),
+            sys.intern(str(f.get("op"))),
+            _shared(f.get("sizes")),
+            _shared(f.get("dtypes")),
+            sys.intern(str(f.get("state"))),
             rec.ts,
-            f"{rec.file}:{rec.line}",
+            sys.intern(f"{rec.file}:{rec.line}"),
             timeout if isinstance(timeout, int) else None,
             key[2],
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,7 +59,7 @@ class Block:
     ts: np.ndarray  # epoch µs on rank 0's clock
     rank: np.ndarray  # int64 per record
     severity: np.ndarray  # ASCII letter per record (uint8)
-    objs: list[dict[str, Any]] | None = None  # JSON-lines input: the parsed objects
+    objs: Sequence[dict[str, Any]] | None = None  # JSON-lines input and other programs' evidence: the objects
     _cuts: np.ndarray | None = field(default=None, repr=False)
 
     def __len__(self) -> int:

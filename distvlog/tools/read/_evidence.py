@@ -13,21 +13,19 @@ init line, the launcher's layout (`attempt_K/R/`, `workerlog.N`, for one node th
 rank), the digits ending a dump's name (torch names dumps `<prefix><rank>`), and `--rank-of FILE=R` where
 nothing says it.
 
-Converted files are held compressed in memory (zlib), a stream the reader reads like a file: a thousand
-dumps of 2,000 entries each stay far below their size as Python objects.
+Converted files are held packed in memory (`Converted`), and read a few hundred records at a time.
 """
 
 from __future__ import annotations
 
+import marshal
 import os
 import re
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ... import format as fmt
 from ...errors import InputError
@@ -41,6 +39,7 @@ SNIFF_BYTES = 4096
 MAX_BYTES = 1 << 30  # a file read whole to be converted (a dump of 2,000 entries is a few MB)
 _DEPTH = 6  # how deep a directory is searched (torchrun: D/<run>/attempt_K/R/stdout.log)
 _MAX_FILES = 100_000
+PACKED = 256  # records packed together: a block of a few KB of glog text at the least
 _ATTEMPT = re.compile(r"attempt_\d+")
 _WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
 _WORKERLOG = re.compile(r"workerlog\.(\d+)")
@@ -176,10 +175,11 @@ def _read_whole(path: Path) -> tuple[bytes, int]:
 
 
 def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[str]]:
-    """The file's records as a stream of our JSON lines, and what to warn about once. `rank`: the one
-    --rank-of or the layout gives (a trace's own rank, an NCCL file's init line's, come first)."""
+    """The file's records, kept packed for a `Source` to read a block at a time, and what to warn about
+    once. `rank`: the one --rank-of or the layout gives (a trace's own rank, an NCCL file's init line's,
+    come first)."""
     objs, notes = objects(path, reader, rank)
-    return Converted(path, b"".join(fmt.json_record(obj) for obj in objs)), notes
+    return Converted(path, objs), notes
 
 
 def objects(path: Path, reader: str, rank: int | None) -> tuple[list[dict], list[str]]:
@@ -223,32 +223,61 @@ def objects(path: Path, reader: str, rank: int | None) -> tuple[list[dict], list
 
 
 class Converted:
-    """Converted records read like a file (the reader's ByteStream interface), kept compressed."""
+    """Converted records, packed (marshal, then zlib) a few hundred at a time: a thousand dumps of 2,000
+    entries each stay far below their size as Python objects. Marshal, not JSON: the records are ours,
+    made here, and come back as they were, without a text to write, search and decode again."""
 
     damage: str | None = None
     cut_lines = 0
 
-    def __init__(self, path: Path, text: bytes) -> None:
-        self.path, self.size = path, len(text)
-        self._packed = zlib.compress(text, 1)
+    def __init__(self, path: Path, objs: list[dict[str, Any]]) -> None:
+        self.path = path
+        self._chunks = [
+            (zlib.compress(marshal.dumps(objs[at : at + PACKED]), 1), len(objs[at : at + PACKED]))
+            for at in range(0, len(objs), PACKED)
+        ]
+        self.first = objs[0] if objs else None
+        self.size = sum(len(chunk) for chunk, _ in self._chunks)
         self.rewind()
 
     def rewind(self) -> bool:
-        self._unpack, self._input, self._pending, self.out = zlib.decompressobj(), self._packed, b"", 0
+        self._next = self.out = 0
         return True
 
-    def readinto(self, view: np.ndarray) -> int:
-        if not self._pending and self._input:
-            self._pending = self._unpack.decompress(self._input, 1 << 20)
-            self._input = self._unpack.unconsumed_tail
-        got = min(len(view), len(self._pending))
-        view[:got] = np.frombuffer(self._pending, np.uint8, got)
-        self._pending = self._pending[got:]
-        self.out += got
-        return got
+    def next_records(self) -> Packed | None:
+        """The next few hundred records, None after the last."""
+        if self._next == len(self._chunks):
+            return None
+        chunk, count = self._chunks[self._next]
+        self._next += 1
+        self.out += len(chunk)
+        return Packed(chunk, count)
 
     def progress(self) -> int:
         return self.out
 
     def close(self) -> None:
-        self._pending = b""
+        self._next = len(self._chunks)
+
+
+class Packed(Sequence):
+    """Records packed by `Converted`, unpacked when read: a block that only the merge writes (its glog text)
+    never holds them as objects. Iterating unpacks them afresh; indexing unpacks them once and keeps them."""
+
+    def __init__(self, packed: bytes, count: int) -> None:
+        self._packed, self._count = packed, count
+        self._objs: list[dict[str, Any]] | None = None
+
+    def _unpack(self) -> list[dict[str, Any]]:
+        return marshal.loads(zlib.decompress(self._packed))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._objs if self._objs is not None else self._unpack())
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._objs is None:
+            self._objs = self._unpack()
+        return self._objs[i]

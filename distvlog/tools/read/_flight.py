@@ -146,6 +146,8 @@ def records(dump: dict[str, Any], cut: bool, rank: int, dumped_us: int) -> list[
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int:  # (most values: no more checks)
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -168,7 +170,7 @@ def _entry_records(entry: dict[str, Any], rank: int, world: int | None) -> list[
     name = str(entry.get("profiling_name", ""))
     backend, _, op = name.rpartition(":")
     frames = [f for f in entry.get("frames") or () if isinstance(f, dict)]
-    user = [f for f in frames if not _OWN.search(str(f.get("filename", "")))]
+    user = [f for f in frames if not _is_own(str(f.get("filename", "")))]
     file, line = _frame_site(user[0]) if user else _NO_FRAME
     tid = _int(entry.get("thread_id")) or 0
     common = {fmt.RANK: rank, fmt.WORLD_SIZE: world, fmt.TID: tid, fmt.FILE: file, fmt.LINE: line}
@@ -206,6 +208,19 @@ def _entry_records(entry: dict[str, Any], rank: int, world: int | None) -> list[
             )
             out.append({fmt.TS: at // 1000, fmt.SEVERITY: "I", **common, fmt.EVENT: event, **ids, **extra})
     return out
+
+
+_own_files: dict[str, bool] = {}  # file name -> torch's or ours: a dump names the same few files thousands of times
+_OWN_FILES_KEPT = 4096
+
+
+def _is_own(filename: str) -> bool:
+    own = _own_files.get(filename)
+    if own is None:
+        if len(_own_files) >= _OWN_FILES_KEPT:
+            _own_files.clear()
+        own = _own_files[filename] = _OWN.search(filename) is not None
+    return own
 
 
 def _frame_site(frame: dict[str, Any]) -> tuple[str, int]:

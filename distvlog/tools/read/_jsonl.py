@@ -9,6 +9,7 @@ that is not a JSON object with an integer `ts` is skipped and counted (distvlog.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from ._scan import MAX_US, MIN_US, OUT_OF_RANGE, UNPLACED
 
 _PLACEHOLDER = "0" * len(fmt.STAMP)  # the timestamp, written afterwards by _bytes.restamp
 _PADDING = re.compile(rb"\0+")
+_NONE = np.zeros(0, np.uint8)
 
 
 @dataclass
@@ -29,7 +31,7 @@ class ParsedJson:
     ts: np.ndarray
     rank: np.ndarray
     severity: np.ndarray
-    objs: list[dict[str, Any]]
+    objs: Sequence[dict[str, Any]]
     carry: np.ndarray  # the chunk's last bytes, which belong to the next chunk (a copy)
     counts: Counts
 
@@ -38,7 +40,7 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
     counts = Counts()
     raw = data[:n].tobytes()
     end = n if eof else raw.rfind(b"\n") + 1
-    objs, texts, ts, ranks = [], [], [], []
+    objs = []
     lines = raw[:end].split(b"\n")
     last = lines.pop()  # b"" when the chunk ends with a newline, else a line cut by the end of the file
     pieces = [(line, True) for line in lines] + ([(last, False)] if last else [])
@@ -62,6 +64,18 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
             else:
                 counts.skipped[fmt.STRAY + " (not a JSON object)"] += 1
             continue
+        objs.append(obj)
+    return from_objects(objs, own_rank, counts, data[end:n].copy())
+
+
+def from_objects(
+    objs: Sequence[dict[str, Any]], own_rank: int, counts: Counts, carry: np.ndarray = _NONE
+) -> ParsedJson:
+    """Decoded records (JSON lines', or other programs' evidence converted) as a block's columns and glog
+    text; objects without an integer `ts` in range are skipped and counted. `objs` is kept as given (a
+    lazy sequence stays lazy) when every object is a record."""
+    kept, texts, ts, ranks = [], [], [], []
+    for obj in objs:
         if type(obj.get(fmt.TS)) is not int:
             counts.skipped["JSON without an integer ts"] += 1
             continue
@@ -70,10 +84,11 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
             continue
         rank = obj.get(fmt.RANK)
         rank = rank if type(rank) is int and rank >= 0 else own_rank
-        objs.append(obj)
+        kept.append(obj)
         ts.append(obj[fmt.TS])
         ranks.append(rank)
         texts.append(fmt.json_to_glog(obj, rank, _PLACEHOLDER).encode("utf-8", "backslashreplace"))
+    objs = objs if len(kept) == len(objs) else kept
     counts.lines += len(objs)
     rank_arr = np.array(ranks, np.int64)
     uniq, per = np.unique(rank_arr, return_counts=True)
@@ -88,6 +103,6 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
         rank_arr,
         severity,
         objs,
-        data[end:n].copy(),
+        carry,
         counts,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +19,10 @@ from ._files import BadFile, InputFile, open_input, rank_given
 from ._foreign import NCCL_RANK
 from ._glog import RECORD_LINES, GlogParser, RankRule, UnknownRank
 from ._scan import OURS, PAD, Calendar, detect_variant, line_starts
+from ._stream import ByteStream
 
 CHUNK = SLOT_BYTES - PAD
+EVIDENCE = "evidence"  # another program's file, converted to records (_evidence), beside "jsonl" and "glog"
 _CREATED = re.compile(r"([0-9]{4})-([0-9]{2})")  # the meta record's year and month (ASCII digits only)
 HEAD_BYTES = 64 << 10
 _EMPTY = np.zeros(
@@ -37,6 +40,7 @@ class Source:
         if file.reader:
             explicit = rank_given(rank_of, file.path)
             rank = explicit if explicit is not None else file.name_rank
+            self.stream: _evidence.Converted | ByteStream
             self.stream, self.notes = _evidence.convert(file.path, file.reader, rank)
         else:
             self.stream = open_input(file)
@@ -57,7 +61,10 @@ class Source:
         self._calendar: Calendar | None = None
         self._parser: GlogParser | None = None
         try:
-            self._open(rank_of, clock_correction)
+            if file.reader:
+                self._open_evidence(rank_given(rank_of, self.path))
+            else:
+                self._open(rank_of, clock_correction)
         except BaseException:
             self.stream.close()
             raise
@@ -84,6 +91,17 @@ class Source:
             self.utc_offset_s = _header.Clock.zone(self.meta)
             if clock_correction:
                 self.clock = _header.Clock.from_meta(self.meta)
+
+    def _open_evidence(self, explicit: int | None) -> None:
+        """Converted records: their rank is the first one's (the reader's, else --rank-of's or the layout's)."""
+        self.kind = EVIDENCE
+        first = self.stream.first
+        rank = first.get(fmt.RANK) if first is not None else None
+        self.rank = (
+            explicit if explicit is not None else rank if type(rank) is int and rank >= 0 else self.file.name_rank
+        )
+        if self.rank is None:
+            raise InputError(f"{self.path}: cannot tell which rank wrote it; pass --rank-of {self.path}=R")
 
     def _open_jsonl(self, data: np.ndarray, n: int, explicit: int | None) -> None:
         first_line, newline, _ = data[:n].tobytes().lstrip().partition(b"\n")
@@ -160,6 +178,8 @@ class Source:
         """The next records of this file (a block may be empty), None after the last."""
         if self._done:
             return None
+        if self.kind == EVIDENCE:
+            return self._evidence_block(alloc)
         carry = self._carry
         # (carried lines not yet parsed: parse them before reading more)
         size = len(carry) if self._unparsed else max(self.chunk or CHUNK, 2 * len(carry))
@@ -182,6 +202,16 @@ class Source:
             self.stream.close()
         return block
 
+    def _evidence_block(self, alloc: Alloc) -> Block | None:
+        """The next records converted from another program's file: already objects, nothing to parse."""
+        records = self.stream.next_records()
+        if records is None:
+            self._done = True
+            self.stream.close()
+            return None
+        parsed = _jsonl.from_objects(records, self.rank, Counts())
+        return self._block(parsed, np.frombuffer(parsed.text, np.uint8), parsed.objs, None, alloc)
+
     def _parse(self, slot: Slot, n: int, alloc: Alloc) -> Block:
         if self.kind == "jsonl":
             parsed = _jsonl.parse(slot.view, n, self.eof, self.rank)
@@ -194,16 +224,21 @@ class Source:
             if self._unparsed:
                 parsed.carry = np.concatenate((parsed.carry, slot.view[upto:n]))
         self._carry = parsed.carry
+        return self._block(parsed, text, objs, slot, alloc)
+
+    def _block(self, parsed: Any, text: np.ndarray, objs: Any, slot: Slot | None, alloc: Alloc) -> Block:
+        """The parsed records as a block, in `slot` when their text is there, else copied into one."""
         self.counts.add(parsed.counts)
         ts = parsed.ts if self.kind == "glog" else self.clock.correct(parsed.ts)
-        if text is not slot.view:  # rewritten records: into a slot of their own
-            slot.release()
+        if slot is None or text is not slot.view:  # rewritten records: into a slot of their own
+            if slot is not None:
+                slot.release()
             slot = alloc(len(text) + PAD)
             slot.view[: len(text)] = text
         end = parsed.end if self.kind == "glog" else np.append(parsed.start[1:], len(text))
         block = Block(self, slot, slot.base + parsed.start, slot.base + end, ts, parsed.rank, parsed.severity, objs)
         display = self.display_offset_s if self.display_offset_s is not None else self.utc_offset_s
-        if self.kind == "jsonl" or self._parser.needs_restamp():
+        if self.kind != "glog" or self._parser.needs_restamp():
             restamp(slot.view, parsed.start, ts + display * 1_000_000)
         return block
 
