@@ -172,7 +172,8 @@ class GlogParser:
         newlines = insert_at = None
         if self.ranks is not None:
             newlines = np.flatnonzero(data[:n] == NEWLINE)
-            good, insert_at = _foreign.bracket_after_prefix(data, n, starts, self.variant, newlines)
+            line_end = newlines[np.searchsorted(newlines, starts)]
+            good, insert_at = _foreign.bracket_after_prefix(data, n, starts, self.variant, line_end)
             ok &= good
         ends = np.append(starts[1:], complete)  # after each line's "\n"
         damaged = self._untagged(data, n, starts, ends, ok) if self.strict else None
@@ -223,10 +224,8 @@ class GlogParser:
         at = np.flatnonzero(ok)
         out = np.zeros(len(starts), bool)
         if len(at):
-            newlines = ends - 1  # every line here is complete
-            good, insert_at = _foreign.bracket_after_prefix(data, n, starts[at], self.variant, newlines)
-            tag_rank = _foreign.layout(data, starts[at], insert_at, newlines[at]).tag_rank
-            out[at] = ~good | (tag_rank < 0)
+            good, insert_at = _foreign.bracket_after_prefix(data, n, starts[at], self.variant, ends[at] - 1)
+            out[at] = ~good | ~_foreign.tagged(data, np.minimum(insert_at, n))  # (past n: not good anyway)
         return out
 
     def _regular(
