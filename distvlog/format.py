@@ -801,6 +801,19 @@ class Body(NamedTuple):
 _BARE_TOKEN = r'[^ ="\[\]{}]+'
 _BARE_PAIR = re.compile(f"({_BARE_TOKEN})=(?:({_INT_TEXT})|({_FLOAT_TEXT})|({_BARE_TOKEN}))").fullmatch
 _BARE_VALUE = (None, None, int, float, lambda token: _CONSTANTS.get(token, token))
+# The run of bare pairs a body ends with: most bodies are a message and such a run, whose pairs `split_body`
+# reads by splitting it, several times faster than a regex per pair.
+_BARE_TAIL = re.compile(f"(?: {_BARE_TOKEN}={_BARE_TOKEN})+$")
+_FLOAT = re.compile(_FLOAT_TEXT).fullmatch
+
+
+def _bare_value(token: str) -> Any:
+    """A bare VALUE as `_BARE_PAIR` types it: an int, a float, a constant, else the text."""
+    if token.isascii() and (token.isdigit() or token[0] == "-" and token[1:].isdigit()):
+        return int(token)
+    if token[0] in "-0123456789in" and _FLOAT(token):
+        return float(token)
+    return _CONSTANTS.get(token, token)
 
 
 def split_body(body: str) -> Body:
@@ -812,6 +825,11 @@ def split_body(body: str) -> Body:
     count = declared_count(body.encode("utf-8", "surrogatepass"))
     if count:
         end = max(body.rfind(COUNT_TEXT), 0)  # (the tag's space precedes a body that is only the count)
+    tail: list[tuple[str, Any]] = []
+    run = _BARE_TAIL.search(body, 0, end)
+    if run is not None:
+        tail = [(name, _bare_value(value)) for name, _, value in (p.partition("=") for p in run[0][1:].split(" "))]
+        end = run.start()
     while True:
         space = body.rfind(" ", 0, end)
         bare = _BARE_PAIR(body, space + 1, end) if space >= 0 else None
@@ -825,7 +843,7 @@ def split_body(body: str) -> Body:
             break
         found.append((peeled[1], peeled[2]))
         end = peeled[0]
-    return Body(_message(body[:end]), dict(reversed(found)), count)
+    return Body(_message(body[:end]), dict([*reversed(found), *tail]), count)
 
 
 def _message(message: str) -> str:
@@ -944,6 +962,15 @@ def count_records(data: bytes, fmt: str) -> int:
     """How many records `data` (whole records as a writer made them) holds: its lines that start a record in
     glog text (2.2: a continuation line never looks like one), its lines in JSON lines."""
     return data.count(b"\n") if fmt == "jsonl" else len(_RECORD_STARTS.findall(data))
+
+
+def one_line_records(data: bytes) -> list[bytes] | None:
+    """The records of `data` (whole lines), each with its newline, when every line starts a record and none
+    declares continuation lines (the common case, found in two scans in C); None otherwise."""
+    lines = data.count(b"\n")
+    if COUNT_TEXT.encode() in data or len(_RECORD_STARTS.findall(data)) != lines:
+        return None
+    return [line + b"\n" for line in data.split(b"\n", lines)[:lines]]
 
 
 def continuation_end(data: bytes, stop: int, end: int, count: int) -> tuple[int, bool | None]:

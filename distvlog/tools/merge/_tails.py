@@ -22,6 +22,7 @@ from ... import format as fmt
 from ...errors import InputError
 from ..read import Clock, evidence_objects, line_reader
 
+_COUNT = fmt.COUNT_TEXT.encode()
 READ_BYTES = 256 << 10  # read at most this much of a file per poll: memory is a bite per file, whatever the backlog
 PADDING_BITES = 64  # how much padding one check scans for data after it (bites)
 NEVER, ALWAYS = -(1 << 62), 1 << 62  # times before and after any record
@@ -165,7 +166,12 @@ class Tail:
     def _records(self, data: bytes, pos: int, end: int, out: list[bytes], cut: bool = False) -> int:
         """Append the whole records of data[pos:end] to `out`; returns where the first one not yet whole
         starts (when `cut`, padding follows: what is left there is torn)."""
-        while (nl := data.find(b"\n", pos, end)) >= 0:
+        tried_to = pos  # the lines up to here are no run of one-line records: read one by one
+        while True:
+            if self.kind != "jsonl" and pos >= tried_to:
+                pos, tried_to = self._one_line_run(data, pos, end, out)
+            if (nl := data.find(b"\n", pos, end)) < 0:
+                break
             if self.kind == "jsonl" or not fmt.RECORD_START.match(data, pos):
                 self._take_line(data[pos : nl + 1], out)
                 pos = nl + 1
@@ -182,6 +188,18 @@ class Tail:
             self.torn += 1
             return end
         return pos
+
+    @staticmethod
+    def _one_line_run(data: bytes, pos: int, end: int, out: list[bytes]) -> tuple[int, int]:
+        """Take the records from `pos` up to the next line that declares continuation lines when each of
+        those lines is a whole record (most lines: in bulk); (where the reading goes on, where this ended)."""
+        counted = data.find(_COUNT, pos, end)
+        stop = data.rfind(b"\n", pos, end if counted < 0 else counted) + 1
+        whole = fmt.one_line_records(data[pos:stop]) if stop > pos else None
+        if whole is None:
+            return pos, max(stop, pos + 1)
+        out += whole
+        return stop, stop
 
     def _take_line(self, line: bytes, out: list[bytes]) -> None:
         """A line that does not start a glog record: a JSON-lines record, a header line, or a stray line
