@@ -1,7 +1,9 @@
 """How soon `distvlog watch` gives its verdict after the record that proves it, on real ranks.
 
-Each case runs `distvlog launch -n N launch/train.py` with a fault planted and `distvlog watch --json` beside
-it, and notes when each verdict line arrives (this machine's clock, which the ranks on it share):
+Each case runs `distvlog launch -n N launch/train.py` with a fault planted three quarters into the run (the
+watch is up and has followed the job a while: what a user who watches a job sees, not the watch's start)
+and `distvlog watch --json` beside it, and notes when each verdict line arrives (this machine's clock, which
+the ranks on it share):
 - NaN: from the NaN rank's grad_stats record (the verdict's `ts`) to the verdict;
 - desync: from the record that proves it, the last rank's start of the step after the differing one (a
   step is judged once every rank has gone past it) to the verdict;
@@ -11,7 +13,7 @@ Then what a user has today: PyTorch's collective timeout (its watchdog: 10 min f
 default) before anything is said, and `distvlog diff` after the job was stopped (its run time).
 The stacks handler's cost on a step: one stat() of the request file per second per rank, timed here.
 
-    python benchmarks/bench_watch.py [--ranks 4] [--steps 30] [--hang-after 3]
+    python benchmarks/bench_watch.py [--ranks 4] [--steps 120] [--hang-after 3]
 """
 
 from __future__ import annotations
@@ -74,17 +76,18 @@ def _logs(run_dir: Path):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--hang-after", type=float, default=3.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        nan = ["--inject-nan-rank", "1", "--inject-nan-step", str(args.steps // 2)]
+        at_step = str(args.steps * 3 // 4)
+        nan = ["--inject-nan-rank", "1", "--inject-nan-step", at_step]
         _, found = watched(tmp, args.ranks, args.steps, nan, [])
         at, v = next((t, v) for t, v in found if v["kind"] == "nan_origin")
         print(f"NaN:    verdict {at - v['ts'] / 1e6:6.2f} s after the NaN rank's record (live: {v['live']})")
 
-        graph = ["--inject-graph-rank", "1", "--inject-graph-step", str(args.steps // 2)]
+        graph = ["--inject-graph-rank", "1", "--inject-graph-step", at_step]
         run_dir, found = watched(tmp, args.ranks, args.steps, graph, [])
         at, v = next((t, v) for t, v in found if v["kind"] == "desync")
         proof = max(mine.step_ts[v["step"] + 1] for mine in _logs(run_dir).ranks.values()) / 1e6

@@ -15,7 +15,10 @@ from pathlib import Path
 from launch_testkit import LIVE_GUARD_S, finish, live_run_dir
 
 from distvlog.cli import main
+from distvlog.tools.diff import analyse, as_dict, load, norm_history
+from distvlog.tools.diff._gradients import points
 from distvlog.tools.watch import VERDICT
+from distvlog.tools.watch._live import Judge
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "launch" / "train.py")
@@ -79,6 +82,31 @@ def test_watch_gives_diffs_verdicts_while_the_job_runs(tmp_path, capsys):
         ("nan_origin", 6, [2]),
     ]
     assert live[0]["live"] is True, out
+
+
+def test_steps_judged_as_they_finish_give_what_one_judgement_of_them_all_gives(tmp_path):
+    """Watch judges only the steps not judged yet (with the norms of the earlier ones, which an explosion is
+    judged by), so that a judgement costs the same at step 10,000 as at step 10: judged a step at a time or
+    a few at a time, the run's errors are the ones a single judgement of every step finds."""
+    fault = ["--inject-explode-rank", "1", "--inject-explode-step", "7", "--inject-nan-rank", "2"]
+    fault += ["--inject-nan-step", "8"]
+    job = cli(tmp_path, "launch", "-n", "4", TRAIN, "--data", "synthetic", "--steps", "10", *fault)
+    assert finish(job)[0] == 0
+    logs = load([str(live_run_dir(tmp_path / "logs", 4))])
+    end = max(mine.last_step for mine in logs.ranks.values()) + 1
+    whole = [same(as_dict(f)) for f in analyse(logs.between(None, end)).errors]
+    assert whole[0] == ("explosion", 7, [1]), whole
+    for stride in (1, 2, 3, 5):
+        judge, found = Judge(), []
+        for step in [*range(1, end, stride), end]:
+            found += [key for f in judge.up_to(logs, step) if (key := same(as_dict(f))) not in found]
+        assert sorted(found) == sorted(whole), stride
+    # each norm is judged by the same peers and history in a window as in the whole run
+    judged = {(p.rank, p.step, p.where): (p.peers, p.history) for p in points(logs)}
+    for first in range(1, end):
+        carried = norm_history(logs.between(None, first), {})
+        for p in points(logs.between(first, end), carried):
+            assert (p.peers, p.history) == judged[(p.rank, p.step, p.where)], (first, p)
 
 
 def test_one_allreduce_fewer_hangs_and_stop_on_error_ends_the_job_by_its_pids(tmp_path, capsys):

@@ -30,6 +30,8 @@ from ._against import add_arguments as add_run_against_arguments
 from ._against import run_against, runs_of, two_runs
 from ._departure import RunsReport, analyse_runs
 from ._findings import Finding
+from ._gradients import History
+from ._gradients import history as norm_history
 from ._logs import WANTED, Loader, Logs, error_text, load
 from ._render import as_dict, as_json, as_text, context_text, line
 from ._report import Report, analyse
@@ -38,6 +40,7 @@ from ._runs_render import as_text as runs_text
 __all__ = [
     "WANTED",
     "Finding",
+    "History",
     "Loader",
     "Logs",
     "Report",
@@ -48,6 +51,7 @@ __all__ = [
     "error_text",
     "load",
     "line",
+    "norm_history",
     "register",
     "run",
     "runs_text",

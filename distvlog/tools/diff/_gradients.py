@@ -111,13 +111,17 @@ def _series(logs: Logs) -> dict[tuple, dict[int, dict[int, tuple[float, str | No
     return series
 
 
-def points(logs: Logs) -> Iterator[Point]:
-    """Every norm of every series, with what it is judged by."""
+# What the norms of earlier steps leave for the later ones' judgement: per series, its largest norm and steps.
+History = dict[tuple, tuple[float, int]]
+
+
+def points(logs: Logs, history: History | None = None) -> Iterator[Point]:
+    """Every norm of every series, with what it is judged by (and by `history`, of the steps before these)."""
     for key, per_rank in _series(logs).items():
         steps = sorted({step for by_step in per_rank.values() for step in by_step})
         names = _bucket_names(logs, key[1]) if key[0] == "bucket" else None
-        largest_before = 0.0
-        for seen_steps, step in enumerate(steps):
+        largest_before, seen_before = (history or {}).get(key, (0.0, 0))
+        for seen_steps, step in enumerate(steps, seen_before):
             now = {rank: by_step[step] for rank, by_step in per_rank.items() if step in by_step}
             for rank, (norm, site, stat) in now.items():
                 others = [o[0] for r, o in now.items() if r != rank]
@@ -133,6 +137,16 @@ def points(logs: Logs) -> Iterator[Point]:
                     stat,
                 )
             largest_before = max(largest_before, *(v[0] for v in now.values()))
+
+
+def history(logs: Logs, before: History) -> History:
+    """`before` and the norms of these logs' steps (which come after its): what `points` of later steps needs."""
+    out = dict(before)
+    for key, per_rank in _series(logs).items():
+        largest, seen = out.get(key, (0.0, 0))
+        norms = [value[0] for by_step in per_rank.values() for value in by_step.values()]
+        out[key] = (max(largest, *norms), seen + len({step for by_step in per_rank.values() for step in by_step}))
+    return out
 
 
 def _bucket_names(logs: Logs, bucket: int) -> str:

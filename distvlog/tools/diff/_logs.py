@@ -136,18 +136,23 @@ class RankLogs:
     flight: list[FrEntry] = field(default_factory=list)  # its Flight Recorder entries, oldest first
     dump: dict[str, Any] | None = None  # its Flight Recorder dump's own record (fields)
 
-    def before(self, step: int) -> RankLogs:
+    def between(self, first: int | None, stop: int) -> RankLogs:
+        """What it holds of steps `first` (None: from its start) to `stop` (excluded)."""
+
+        def kept(step: int | None) -> bool:
+            return step is not None and step < stop and (first is None or step >= first)
+
         return RankLogs(
-            stats=[s for s in self.stats if s.step < step],
-            collectives=[c for c in self.collectives if c.step < step],
-            digests={s: d for s, d in self.digests.items() if s < step},
-            final_step=self.final_step if self.final_step is not None and self.final_step < step else None,
-            step_ts={s: ts for s, ts in self.step_ts.items() if s < step},
-            losses={s: loss for s, loss in self.losses.items() if s < step},
+            stats=[s for s in self.stats if kept(s.step)],
+            collectives=[c for c in self.collectives if kept(c.step)],
+            digests={s: d for s, d in self.digests.items() if kept(s)},
+            final_step=self.final_step if kept(self.final_step) else None,
+            step_ts={s: ts for s, ts in self.step_ts.items() if kept(s)},
+            losses={s: loss for s, loss in self.losses.items() if kept(s)},
             names=self.names,
             buckets=self.buckets,
-            last_step=min(self.last_step, step - 1),
-            failures=[f for f in self.failures if f.step is not None and f.step < step],
+            last_step=min(self.last_step, stop - 1),
+            failures=[f for f in self.failures if kept(f.step)],
             flight=self.flight,
             dump=self.dump,
         )
@@ -158,11 +163,12 @@ class Logs:
     ranks: dict[int, RankLogs] = field(default_factory=lambda: defaultdict(RankLogs))
     step_source: str = "step"  # or "logged backward pass": no DataParallel step in the grad_stats
 
-    def before(self, step: int) -> Logs:
-        """What the logs hold of the steps before `step` (a live run's steps that every rank has finished:
-        the checks find in them what they will find once the run has ended)."""
+    def between(self, first: int | None, stop: int) -> Logs:
+        """What the logs hold of steps `first` (None: from the start) to `stop` (excluded): a live run's steps
+        that every rank has finished, where the checks find what they will find once the run has ended."""
         return Logs(
-            defaultdict(RankLogs, {rank: mine.before(step) for rank, mine in self.ranks.items()}), self.step_source
+            defaultdict(RankLogs, {rank: mine.between(first, stop) for rank, mine in self.ranks.items()}),
+            self.step_source,
         )
 
 

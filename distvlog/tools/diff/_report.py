@@ -85,8 +85,9 @@ def _dumps_only(logs: Logs) -> bool:
     return any(r.dump for r in ranks) and not any(r.stats or r.collectives or r.digests for r in ranks)
 
 
-def analyse(logs: Logs) -> Report:
-    points = list(_gradients.points(logs))
+def analyse(logs: Logs, history: _gradients.History | None = None) -> Report:
+    """What the logs show; `history`: the norms of the steps before theirs (a live run's, judged earlier)."""
+    points = list(_gradients.points(logs, history))
     straggling, straggler_fraction = _timing.stragglers(logs)
     flight_errors, flight_notes = _flight.findings(logs)
     errors: list[Finding] = [

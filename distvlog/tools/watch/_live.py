@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ... import format as fmt
 from ...errors import InputError
-from ..diff import WANTED, Finding, Loader, analyse, line, load
+from ..diff import WANTED, Finding, History, Loader, Logs, analyse, line, load, norm_history
 from ..read import Record
 from ..stacks import ask, rank_files
 from . import _hang, _stop
@@ -50,7 +50,7 @@ class Watch:
         )
         self.said: set[tuple] = set()
         self.errors = 0
-        self.settled = 0  # the steps before it are judged
+        self.judge = Judge()
         self.new = False  # records came since the last judgement
         self.judged_at, self.judging_s = -math.inf, 0.0
         self.progress_at = time.monotonic()
@@ -134,14 +134,13 @@ class Watch:
 
     def _judge_finished(self, now: float) -> None:
         step = self._finished_steps()
-        if not self.new or step <= self.settled or now - self.judged_at < max(MIN_GAP_S, 4 * self.judging_s):
+        if not self.new or step <= self.judge.settled or now - self.judged_at < max(MIN_GAP_S, 4 * self.judging_s):
             return
         self.new = False
-        self.settled = step
         started = time.monotonic()
-        report = analyse(self.loader.logs.before(step))
+        found = self.judge.up_to(self.loader.logs, step)
         self.judged_at, self.judging_s = now, time.monotonic() - started
-        for finding in report.errors:
+        for finding in found:
             self._emit(finding, True)
 
     def _look_for_hang(self, now: float) -> None:
@@ -179,12 +178,39 @@ class Watch:
             return
         self.said.add(key)
         self.errors += error
+        self.judge.erred = self.judge.erred or error
         self.emit_(finding, error, self._live())
         if error and self.stop_on_error and self.stopped_by is None:
             self.stopped_by = (
                 _hang.text(finding).partition("\n")[0] if isinstance(finding, _hang.Hang) else line(finding)
             )
             _stop.stop(rank_files(self.run_dir), self.launcher_stop, self.say)
+
+
+class Judge:
+    """The errors in a live run's finished steps, judged as they finish: what diff finds in them."""
+
+    def __init__(self) -> None:
+        self.settled = 0  # the steps before it are judged
+        self.history: History = {}  # the norms of the steps before the last one judged
+        self.erred = False
+
+    def up_to(self, logs: Logs, step: int) -> list[Finding]:
+        """The errors in the steps before `step` (every rank has finished them), those found before included
+        where they are found again."""
+        if self.erred:  # what follows an error may be its consequence: judged with every step, as diff does
+            errors = analyse(logs.between(None, step)).errors
+        else:
+            # Only the steps not judged yet, so that a judgement costs the same at step 10 and at step 10,000.
+            # As long as no error was found, nothing found at a step depends on the steps before it but its
+            # previous one (which the window takes in) and the norms of every one (which the history keeps).
+            first = max(self.settled - 1, 0)
+            window = logs.between(first, step)
+            errors = [f for f in analyse(window, self.history).errors if f.step is None or f.step >= self.settled]
+            self.history = norm_history(window.between(first, step - 1), self.history)
+        self.settled = step
+        self.erred = self.erred or bool(errors)
+        return errors
 
 
 def _identity(f: Finding) -> tuple:
