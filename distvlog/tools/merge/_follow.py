@@ -36,7 +36,16 @@ from ... import format as fmt
 from ...errors import InputError
 from ...wording import per_rank, plural, ranks_text
 from ..output import write_all
-from ..read import STATIC_EVIDENCE, Record, from_glog, from_json, growing_evidence, restamp, trim_left_by_the_dead
+from ..read import (
+    STATIC_EVIDENCE,
+    Record,
+    from_glog,
+    from_json,
+    growing_evidence,
+    matching,
+    restamp,
+    trim_left_by_the_dead,
+)
 from . import _filters
 from ._collapse import Collapser
 from ._collapsed import render
@@ -308,7 +317,8 @@ class _Batch:
         return len(self.texts)
 
     def matching(self, pattern: re.Pattern[bytes]) -> np.ndarray:
-        return np.fromiter((pattern.search(t) is not None for t in self.texts), bool, len(self.texts))
+        ends = np.cumsum([len(t) for t in self.texts]).tolist()
+        return matching(b"".join(self.texts), [0, *ends[:-1]], ends, pattern)
 
     def record(self, i: int) -> Record:
         ts, rank, obj = int(self.ts[i]), int(self.rank[i]), self.objs[i]

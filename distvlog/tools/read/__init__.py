@@ -17,7 +17,7 @@ reason. What the tools say about their input (warnings, counts) is here too.
 from __future__ import annotations
 
 from ._arena import Arena, Slot
-from ._block import Block, Counts
+from ._block import Block, Counts, matching
 from ._bytes import restamp, take
 from ._evidence import STATIC as STATIC_EVIDENCE
 from ._evidence import growing as growing_evidence
@@ -38,6 +38,7 @@ __all__ = [
     "STATIC_EVIDENCE",
     "Clock",
     "Counts",
+    "matching",
     "Record",
     "Slot",
     "Source",

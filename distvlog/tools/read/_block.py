@@ -77,19 +77,11 @@ class Block:
 
     def matching(self, pattern: re.Pattern[bytes]) -> np.ndarray:
         """Which records' text the regex matches (bool mask): one scan over the block, not one per record."""
-        out = np.zeros(len(self.start), bool)
         if not len(self.start):
-            return out
+            return np.zeros(0, bool)
         base = int(self.start[0])
         text = memoryview(self.slot.buffer[base : int(self.end[-1])])
-        starts, ends = (self.start - base).tolist(), (self.end - base).tolist()
-        pos = 0
-        while pos < len(text) and (match := pattern.search(text, pos)) is not None:
-            r = bisect.bisect_right(starts, match.start()) - 1
-            if match.end() <= ends[r] or pattern.search(text, starts[r], ends[r]):  # inside record r
-                out[r] = True
-            pos = ends[r]
-        return out
+        return matching(text, (self.start - base).tolist(), (self.end - base).tolist(), pattern)
 
     def cuts(self) -> np.ndarray:
         """Record boundaries interleaved (start0, end0, start1, ...): records as elements for a take."""
@@ -101,3 +93,15 @@ class Block:
 
     def release(self) -> None:
         self.slot.release()
+
+
+def matching(text: bytes | memoryview, starts: list[int], ends: list[int], pattern: re.Pattern[bytes]) -> np.ndarray:
+    """Which of the records text[starts[i]:ends[i]] (in order, back to back) the regex matches: one scan."""
+    out = np.zeros(len(starts), bool)
+    pos = 0
+    while pos < len(text) and (match := pattern.search(text, pos)) is not None:
+        r = bisect.bisect_right(starts, match.start()) - 1
+        if match.end() <= ends[r] or pattern.search(text, starts[r], ends[r]):  # inside record r
+            out[r] = True
+        pos = ends[r]
+    return out
