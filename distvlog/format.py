@@ -807,8 +807,21 @@ _BARE_TAIL = re.compile(f"(?: {_BARE_TOKEN}={_BARE_TOKEN})+$")
 _FLOAT = re.compile(_FLOAT_TEXT).fullmatch
 
 
+_BARE_VALUES: dict[str, Any] = {}  # token -> its value: most repeat (names, sites, shapes, small ints)
+_BARE_VALUES_KEPT = 4096
+
+
 def _bare_value(token: str) -> Any:
     """A bare VALUE as `_BARE_PAIR` types it: an int, a float, a constant, else the text."""
+    value = _BARE_VALUES.get(token, _BARE_VALUES)
+    if value is _BARE_VALUES:
+        if len(_BARE_VALUES) >= _BARE_VALUES_KEPT:
+            _BARE_VALUES.clear()
+        value = _BARE_VALUES[token] = _typed_bare(token)
+    return value
+
+
+def _typed_bare(token: str) -> Any:
     if token.isascii() and (token.isdigit() or token[0] == "-" and token[1:].isdigit()):
         return int(token)
     if token[0] in "-0123456789in" and _FLOAT(token):
