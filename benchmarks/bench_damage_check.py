@@ -9,12 +9,10 @@ in turn, round by round, on the same generated rank files.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from bench_merge import add_config_arguments, merge_command, one_config
+from bench_merge import add_config_arguments, configs, merge_command
 
 # merge, with the parser's check of each record's tag answering "nothing damaged" without looking
 UNCHECKED = (
@@ -36,23 +34,17 @@ def main() -> None:
     add_config_arguments(parser, "16", 290)
     parser.set_defaults(kinds="short", rounds=7)
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="bench_damage.", dir=args.dir))
     print(
         f"{'ranks':>5} {'input':>7} {'merge':>8} {'unchecked':>10} {'merge A/A':>10} {'ratio':>6} {'A/A':>6}  (CPU s)"
     )
-    try:
-        for ranks in map(int, args.ranks.split(",")):
-            for kind in args.kinds.split(","):
-                cpu = one_config(tmp, ranks, kind, args.mb, args.rounds, contenders)
-                r = cpu["cpu"]
-                print(
-                    f"{ranks:>5} {cpu['mb']:>5.0f}MB {r['merge']:>7.2f}s {r['unchecked']:>9.2f}s "
-                    f"{r['merge (A/A)']:>9.2f}s {r['merge'] / r['unchecked']:>5.3f} "
-                    f"{r['merge (A/A)'] / r['merge']:>5.3f}",
-                    flush=True,
-                )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    for r in configs(args, contenders):
+        cpu = r["cpu"]
+        print(
+            f"{r['ranks']:>5} {r['mb']:>5.0f}MB {cpu['merge']:>7.2f}s {cpu['unchecked']:>9.2f}s "
+            f"{cpu['merge (A/A)']:>9.2f}s {cpu['merge'] / cpu['unchecked']:>5.3f} "
+            f"{cpu['merge (A/A)'] / cpu['merge']:>5.3f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

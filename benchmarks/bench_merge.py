@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -232,30 +232,35 @@ def add_config_arguments(parser: argparse.ArgumentParser, ranks: str, mb: int) -
     parser.add_argument("--dir", help="where to put the generated files (default: a temp dir)")
 
 
+def configs(args: argparse.Namespace, commands: Commands = merge_and_sort) -> Iterator[dict]:
+    """`one_config` of each rank count and record kind the arguments name, in a temp dir removed at the end."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench_merge.", dir=args.dir))
+    try:
+        for ranks in map(int, args.ranks.split(",")):
+            for kind in args.kinds.split(","):
+                yield one_config(tmp, ranks, kind, args.mb, args.rounds, commands)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_config_arguments(parser, "4,64,256,1024", 200)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # sort -m opens every file too
-    tmp = Path(tempfile.mkdtemp(prefix="bench_merge.", dir=args.dir))
     print(
         f"{'ranks':>5} {'records':>6} {'input':>8} {'merge':>8} {'sort -m':>8} {'ratio':>6} {'CPU ratio':>9} "
         f"{'merge RSS':>10} {'sort RSS':>9}"
     )
-    try:
-        for ranks in map(int, args.ranks.split(",")):
-            for kind in args.kinds.split(","):
-                r = one_config(tmp, ranks, kind, args.mb, args.rounds)
-                t, cpu, rss = r["time"], r["cpu"], r["rss_kb"]
-                print(
-                    f"{ranks:>5} {kind:>7} {r['mb']:>6.0f}MB {t['merge']:>7.2f}s {t['sort']:>7.2f}s "
-                    f"{t['merge'] / t['sort']:>5.2f}x {cpu['merge'] / max(cpu['sort'], 0.01):>8.2f}x "
-                    f"{rss['merge'] / 1024:>8.0f}MB {rss['sort'] / 1024:>7.0f}MB",
-                    flush=True,
-                )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    for r in configs(args):
+        t, cpu, rss = r["time"], r["cpu"], r["rss_kb"]
+        print(
+            f"{r['ranks']:>5} {r['kind']:>7} {r['mb']:>6.0f}MB {t['merge']:>7.2f}s {t['sort']:>7.2f}s "
+            f"{t['merge'] / t['sort']:>5.2f}x {cpu['merge'] / max(cpu['sort'], 0.01):>8.2f}x "
+            f"{rss['merge'] / 1024:>8.0f}MB {rss['sort'] / 1024:>7.0f}MB",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
