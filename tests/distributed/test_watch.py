@@ -85,9 +85,9 @@ def test_watch_gives_diffs_verdicts_while_the_job_runs(tmp_path, capsys):
 
 
 def test_steps_judged_as_they_finish_give_what_one_judgement_of_them_all_gives(tmp_path):
-    """Watch judges only the steps not judged yet (with the norms of the earlier ones, which an explosion is
-    judged by), so that a judgement costs the same at step 10,000 as at step 10: judged a step at a time or
-    a few at a time, the run's errors are the ones a single judgement of every step finds."""
+    """Watch judges only the norms of the steps not judged yet (with the history of the earlier ones, which an
+    explosion is judged by), so that they cost the same at step 10,000 as at step 10: judged a step at a time
+    or a few at a time, the run's errors are the ones a single judgement of every step finds."""
     fault = ["--inject-explode-rank", "1", "--inject-explode-step", "7", "--inject-nan-rank", "2"]
     fault += ["--inject-nan-step", "8"]
     job = cli(tmp_path, "launch", "-n", "4", TRAIN, "--data", "synthetic", "--steps", "10", *fault)
@@ -105,7 +105,7 @@ def test_steps_judged_as_they_finish_give_what_one_judgement_of_them_all_gives(t
     judged = {(p.rank, p.step, p.where): (p.peers, p.history) for p in points(logs)}
     for first in range(1, end):
         carried = norm_history(logs.between(None, first), {})
-        for p in points(logs.between(first, end), carried):
+        for p in points(logs, carried, since=first):
             assert (p.peers, p.history) == judged[(p.rank, p.step, p.where)], (first, p)
 
 

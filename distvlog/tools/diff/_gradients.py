@@ -93,17 +93,21 @@ class Point:
         return self.peers is not None and self.above > T.EXPLOSION
 
 
-def _series(logs: Logs) -> dict[tuple, dict[int, dict[int, tuple[float, str | None, Stat | None]]]]:
+def _series(
+    logs: Logs, since: int | None = None
+) -> dict[tuple, dict[int, dict[int, tuple[float, str | None, Stat | None]]]]:
     """Norm series: key -> rank -> step -> (norm, site, stat). Keys: each bucket's local gradient (at
     DataParallel's verbosity 1) and each guarded node's gradients (grad_stats), aligned across ranks by op
     without its counter, slot and occurrence within the step."""
     series: dict[tuple, dict[int, dict[int, tuple]]] = defaultdict(lambda: defaultdict(dict))
     for rank, mine in logs.ranks.items():
         for c in mine.collectives:
-            if math.isfinite(c.norm):
+            if math.isfinite(c.norm) and (since is None or c.step >= since):
                 series[("bucket", c.bucket)][rank].setdefault(c.step, (c.norm, None, None))
         seen: dict[tuple, int] = defaultdict(int)
         for s in mine.stats:
+            if since is not None and s.step < since:
+                continue
             key = (s.step, s.op, s.slot)
             seen[key] += 1
             if s.finite and math.isfinite(s.norm):
@@ -115,9 +119,10 @@ def _series(logs: Logs) -> dict[tuple, dict[int, dict[int, tuple[float, str | No
 History = dict[tuple, tuple[float, int]]
 
 
-def points(logs: Logs, history: History | None = None) -> Iterator[Point]:
-    """Every norm of every series, with what it is judged by (and by `history`, of the steps before these)."""
-    for key, per_rank in _series(logs).items():
+def points(logs: Logs, history: History | None = None, since: int | None = None) -> Iterator[Point]:
+    """Every norm of every series (of the steps from `since` on), with what it is judged by: with `history`,
+    the norms of the steps before those too."""
+    for key, per_rank in _series(logs, since).items():
         steps = sorted({step for by_step in per_rank.values() for step in by_step})
         names = _bucket_names(logs, key[1]) if key[0] == "bucket" else None
         largest_before, seen_before = (history or {}).get(key, (0.0, 0))
@@ -139,10 +144,11 @@ def points(logs: Logs, history: History | None = None) -> Iterator[Point]:
             largest_before = max(largest_before, *(v[0] for v in now.values()))
 
 
-def history(logs: Logs, before: History) -> History:
-    """`before` and the norms of these logs' steps (which come after its): what `points` of later steps needs."""
+def history(logs: Logs, before: History, since: int | None = None) -> History:
+    """`before` and the norms of these logs' steps from `since` on (which come after its): what `points` of
+    later steps needs."""
     out = dict(before)
-    for key, per_rank in _series(logs).items():
+    for key, per_rank in _series(logs, since).items():
         largest, seen = out.get(key, (0.0, 0))
         norms = [value[0] for by_step in per_rank.values() for value in by_step.values()]
         out[key] = (max(largest, *norms), seen + len({step for by_step in per_rank.values() for step in by_step}))

@@ -85,9 +85,10 @@ def _dumps_only(logs: Logs) -> bool:
     return any(r.dump for r in ranks) and not any(r.stats or r.collectives or r.digests for r in ranks)
 
 
-def analyse(logs: Logs, history: _gradients.History | None = None) -> Report:
-    """What the logs show; `history`: the norms of the steps before theirs (a live run's, judged earlier)."""
-    points = list(_gradients.points(logs, history))
+def analyse(logs: Logs, history: _gradients.History | None = None, norms_since: int | None = None) -> Report:
+    """What the logs show. A live run judged as it goes: the norms of the steps from `norms_since` on only,
+    judged with `history`, the norms of the steps before (explosions and spikes in those steps only)."""
+    points = list(_gradients.points(logs, history, norms_since))
     straggling, straggler_fraction = _timing.stragglers(logs)
     flight_errors, flight_notes = _flight.findings(logs)
     errors: list[Finding] = [

@@ -192,22 +192,22 @@ class Judge:
 
     def __init__(self) -> None:
         self.settled = 0  # the steps before it are judged
-        self.history: History = {}  # the norms of the steps before the last one judged
+        self.history: History = {}  # the norms of the steps before `settled`
         self.erred = False
 
     def up_to(self, logs: Logs, step: int) -> list[Finding]:
         """The errors in the steps before `step` (every rank has finished them), those found before included
         where they are found again."""
+        finished = logs.between(None, step)
         if self.erred:  # what follows an error may be its consequence: judged with every step, as diff does
-            errors = analyse(logs.between(None, step)).errors
+            errors = analyse(finished).errors
         else:
-            # Only the steps not judged yet, so that a judgement costs the same at step 10 and at step 10,000.
-            # As long as no error was found, nothing found at a step depends on the steps before it but its
-            # previous one (which the window takes in) and the norms of every one (which the history keeps).
-            first = max(self.settled - 1, 0)
-            window = logs.between(first, step)
-            errors = [f for f in analyse(window, self.history).errors if f.step is None or f.step >= self.settled]
-            self.history = norm_history(window.between(first, step - 1), self.history)
+            # The norms (most of a judgement's cost) of the steps not judged yet only, with the history of the
+            # earlier ones (what an explosion is judged by: no stretch of them goes on while no error was
+            # found), so that judging them costs the same at step 10 and at step 10,000. The other checks
+            # compare whole sequences (allreduces, the nodes each rank ran, which ranks log them): every step.
+            errors = analyse(finished, self.history, norms_since=self.settled).errors
+            self.history = norm_history(finished, self.history, since=self.settled)
         self.settled = step
         self.erred = self.erred or bool(errors)
         return errors
