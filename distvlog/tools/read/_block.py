@@ -96,7 +96,8 @@ class Block:
 
 
 def matching(text: bytes | memoryview, starts: list[int], ends: list[int], pattern: re.Pattern[bytes]) -> np.ndarray:
-    """Which of the records text[starts[i]:ends[i]] (in order, back to back) the regex matches: one scan."""
+    """Which of the records text[starts[i]:ends[i]] (in order, back to back, each ending in a newline, as a
+    multi-line pattern then sees each record as it would alone) the regex matches: one scan."""
     out = np.zeros(len(starts), bool)
     pos = 0
     while pos < len(text) and (match := pattern.search(text, pos)) is not None:
