@@ -796,11 +796,10 @@ class Body(NamedTuple):
 
 
 # A pair whose NAME and VALUE are both bare and hold no `"`, bracket or brace (most pairs): `_peel` reads it as
-# the text from the space before it, and so does one search and one match, which also tells the VALUE's type
-# (group 2: an int, 3: a float, 4: a str or a constant), as `_read_value` would.
+# the text from the space before it, and so does one match, its VALUE typed by `_bare_value` as `_read_value`
+# would.
 _BARE_TOKEN = r'[^ ="\[\]{}]+'
-_BARE_PAIR = re.compile(f"({_BARE_TOKEN})=(?:({_INT_TEXT})|({_FLOAT_TEXT})|({_BARE_TOKEN}))").fullmatch
-_BARE_VALUE = (None, None, int, float, lambda token: _CONSTANTS.get(token, token))
+_BARE_PAIR = re.compile(f"({_BARE_TOKEN})=({_BARE_TOKEN})").fullmatch
 # The run of bare pairs a body ends with: most bodies are a message and such a run, whose pairs `split_body`
 # reads by splitting it, several times faster than a regex per pair.
 _BARE_TAIL = re.compile(f"(?: {_BARE_TOKEN}={_BARE_TOKEN})+$")
@@ -812,7 +811,7 @@ _BARE_VALUES_KEPT = 4096
 
 
 def _bare_value(token: str) -> Any:
-    """A bare VALUE as `_BARE_PAIR` types it: an int, a float, a constant, else the text."""
+    """A bare VALUE typed: an int, a float, a constant, else the text."""
     value = _BARE_VALUES.get(token, _BARE_VALUES)
     if value is _BARE_VALUES:
         if len(_BARE_VALUES) >= _BARE_VALUES_KEPT:
@@ -847,8 +846,7 @@ def split_body(body: str) -> Body:
         space = body.rfind(" ", 0, end)
         bare = _BARE_PAIR(body, space + 1, end) if space >= 0 else None
         if bare is not None:
-            kind = bare.lastindex
-            found.append((bare[1], _BARE_VALUE[kind](bare[kind])))
+            found.append((bare[1], _bare_value(bare[2])))
             end = space
             continue
         peeled = _peel(body, end)
