@@ -15,8 +15,8 @@ from pathlib import Path
 from launch_testkit import LIVE_GUARD_S, finish, live_run_dir
 
 from distvlog.cli import main
-from distvlog.tools.diff import analyse, as_dict, load, norm_history
-from distvlog.tools.diff._gradients import points
+from distvlog.tools.diff import analyse, as_dict, load
+from distvlog.tools.diff._gradients import history, points, series
 from distvlog.tools.watch import VERDICT
 from distvlog.tools.watch._live import Judge
 
@@ -94,7 +94,7 @@ def test_steps_judged_as_they_finish_give_what_one_judgement_of_them_all_gives(t
     assert finish(job)[0] == 0
     logs = load([str(live_run_dir(tmp_path / "logs", 4))])
     end = max(mine.last_step for mine in logs.ranks.values()) + 1
-    whole = [same(as_dict(f)) for f in analyse(logs.between(None, end)).errors]
+    whole = [same(as_dict(f)) for f in analyse(logs.before(end)).errors]
     assert whole[0] == ("explosion", 7, [1]), whole
     for stride in (1, 2, 3, 5):
         judge, found = Judge(), []
@@ -102,10 +102,11 @@ def test_steps_judged_as_they_finish_give_what_one_judgement_of_them_all_gives(t
             found += [key for f in judge.up_to(logs, step) if (key := same(as_dict(f))) not in found]
         assert sorted(found) == sorted(whole), stride
     # each norm is judged by the same peers and history in a window as in the whole run
-    judged = {(p.rank, p.step, p.where): (p.peers, p.history) for p in points(logs)}
+    judged = {(p.rank, p.step, p.where): (p.peers, p.history) for p in points(logs, series(logs))}
     for first in range(1, end):
-        carried = norm_history(logs.between(None, first), {})
-        for p in points(logs, carried, since=first):
+        carried = history(series(logs.before(first)), {})
+        assert analyse(logs.before(first), {}, norms_since=0).history == carried
+        for p in points(logs, series(logs, first), carried):
             assert (p.peers, p.history) == judged[(p.rank, p.step, p.where)], (first, p)
 
 

@@ -55,6 +55,6 @@ def stops_logging_nodes() -> Logs:  # nodes logged at even steps; rank 2 ran non
 def test_a_judgement_of_the_new_steps_finds_what_diff_of_every_step_finds(logs):
     judge = Judge()
     for step in (2, 3):
-        expected = [repr(f) for f in analyse(logs.between(None, step)).errors]
+        expected = [repr(f) for f in analyse(logs.before(step)).errors]
         assert [repr(f) for f in judge.up_to(logs, step)] == expected
     assert expected  # (each case has its error, found at the second judgement)

@@ -31,7 +31,6 @@ from ._against import run_against, runs_of, two_runs
 from ._departure import RunsReport, analyse_runs
 from ._findings import Finding
 from ._gradients import History
-from ._gradients import history as norm_history
 from ._logs import WANTED, Loader, Logs, error_text, load
 from ._render import as_dict, as_json, as_text, context_text, line
 from ._report import Report, analyse
@@ -51,7 +50,6 @@ __all__ = [
     "error_text",
     "load",
     "line",
-    "norm_history",
     "register",
     "run",
     "runs_text",

@@ -93,17 +93,19 @@ class Point:
         return self.peers is not None and self.above > T.EXPLOSION
 
 
-def _series(
-    logs: Logs, since: int | None = None
-) -> dict[tuple, dict[int, dict[int, tuple[float, str | None, Stat | None]]]]:
-    """Norm series: key -> rank -> step -> (norm, site, stat). Keys: each bucket's local gradient (at
-    DataParallel's verbosity 1) and each guarded node's gradients (grad_stats), aligned across ranks by op
-    without its counter, slot and occurrence within the step."""
-    series: dict[tuple, dict[int, dict[int, tuple]]] = defaultdict(lambda: defaultdict(dict))
+# Norm series: key -> rank -> step -> (norm, site, stat).
+Series = dict[tuple, dict[int, dict[int, tuple[float, str | None, Stat | None]]]]
+
+
+def series(logs: Logs, since: int | None = None) -> Series:
+    """The norm series of the steps from `since` on. Keys: each bucket's local gradient (at DataParallel's
+    verbosity 1) and each guarded node's gradients (grad_stats), aligned across ranks by op without its
+    counter, slot and occurrence within the step."""
+    out: Series = defaultdict(lambda: defaultdict(dict))
     for rank, mine in logs.ranks.items():
         for c in mine.collectives:
             if math.isfinite(c.norm) and (since is None or c.step >= since):
-                series[("bucket", c.bucket)][rank].setdefault(c.step, (c.norm, None, None))
+                out[("bucket", c.bucket)][rank].setdefault(c.step, (c.norm, None, None))
         seen: dict[tuple, int] = defaultdict(int)
         for s in mine.stats:
             if since is not None and s.step < since:
@@ -111,18 +113,18 @@ def _series(
             key = (s.step, s.op, s.slot)
             seen[key] += 1
             if s.finite and math.isfinite(s.norm):
-                series[("node", s.op, s.slot, seen[key] - 1)][rank][s.step] = (s.norm, s.site, s)
-    return series
+                out[("node", s.op, s.slot, seen[key] - 1)][rank][s.step] = (s.norm, s.site, s)
+    return out
 
 
 # What the norms of earlier steps leave for the later ones' judgement: per series, its largest norm and steps.
 History = dict[tuple, tuple[float, int]]
 
 
-def points(logs: Logs, history: History | None = None, since: int | None = None) -> Iterator[Point]:
-    """Every norm of every series (of the steps from `since` on), with what it is judged by: with `history`,
-    the norms of the steps before those too."""
-    for key, per_rank in _series(logs, since).items():
+def points(logs: Logs, norms: Series, history: History | None = None) -> Iterator[Point]:
+    """Every norm of the series (of the logs), with what it is judged by: with `history`, the norms of the
+    steps before the series' too."""
+    for key, per_rank in norms.items():
         steps = sorted({step for by_step in per_rank.values() for step in by_step})
         names = _bucket_names(logs, key[1]) if key[0] == "bucket" else None
         largest_before, seen_before = (history or {}).get(key, (0.0, 0))
@@ -144,11 +146,10 @@ def points(logs: Logs, history: History | None = None, since: int | None = None)
             largest_before = max(largest_before, *(v[0] for v in now.values()))
 
 
-def history(logs: Logs, before: History, since: int | None = None) -> History:
-    """`before` and the norms of these logs' steps from `since` on (which come after its): what `points` of
-    later steps needs."""
+def history(norms: Series, before: History) -> History:
+    """`before` and the series' norms (of the steps after its): what `points` of later steps needs."""
     out = dict(before)
-    for key, per_rank in _series(logs, since).items():
+    for key, per_rank in norms.items():
         largest, seen = out.get(key, (0.0, 0))
         norms = [value[0] for by_step in per_rank.values() for value in by_step.values()]
         out[key] = (max(largest, *norms), seen + len({step for by_step in per_rank.values() for step in by_step}))

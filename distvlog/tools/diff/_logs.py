@@ -136,11 +136,11 @@ class RankLogs:
     flight: list[FrEntry] = field(default_factory=list)  # its Flight Recorder entries, oldest first
     dump: dict[str, Any] | None = None  # its Flight Recorder dump's own record (fields)
 
-    def between(self, first: int | None, stop: int) -> RankLogs:
-        """What it holds of steps `first` (None: from its start) to `stop` (excluded)."""
+    def before(self, stop: int) -> RankLogs:
+        """What it holds of the steps before `stop`."""
 
         def kept(step: int | None) -> bool:
-            return step is not None and step < stop and (first is None or step >= first)
+            return step is not None and step < stop
 
         return RankLogs(
             stats=[s for s in self.stats if kept(s.step)],
@@ -163,11 +163,11 @@ class Logs:
     ranks: dict[int, RankLogs] = field(default_factory=lambda: defaultdict(RankLogs))
     step_source: str = "step"  # or "logged backward pass": no DataParallel step in the grad_stats
 
-    def between(self, first: int | None, stop: int) -> Logs:
-        """What the logs hold of steps `first` (None: from the start) to `stop` (excluded): a live run's steps
-        that every rank has finished, where the checks find what they will find once the run has ended."""
+    def before(self, stop: int) -> Logs:
+        """What the logs hold of the steps before `stop`: a live run's steps that every rank has finished, where
+        the checks find what they will find once the run has ended."""
         return Logs(
-            defaultdict(RankLogs, {rank: mine.between(first, stop) for rank, mine in self.ranks.items()}),
+            defaultdict(RankLogs, {rank: mine.before(stop) for rank, mine in self.ranks.items()}),
             self.step_source,
         )
 

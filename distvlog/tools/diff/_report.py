@@ -21,6 +21,7 @@ class Report:
     notes: list[Finding] = field(default_factory=list)
     not_checked: list[tuple[list[str], str]] = field(default_factory=list)  # (checks, why)
     largest: dict[str, float] = field(default_factory=dict)
+    history: _gradients.History | None = None  # judged with a history: it and the norms judged (for the next)
 
     @property
     def exit_code(self) -> int:
@@ -87,8 +88,10 @@ def _dumps_only(logs: Logs) -> bool:
 
 def analyse(logs: Logs, history: _gradients.History | None = None, norms_since: int | None = None) -> Report:
     """What the logs show. A live run judged as it goes: the norms of the steps from `norms_since` on only,
-    judged with `history`, the norms of the steps before (explosions and spikes in those steps only)."""
-    points = list(_gradients.points(logs, history, norms_since))
+    judged with `history`, the norms of the steps before (explosions and spikes in those steps only); the
+    report's history then adds theirs."""
+    norms = _gradients.series(logs, norms_since)
+    points = list(_gradients.points(logs, norms, history))
     straggling, straggler_fraction = _timing.stragglers(logs)
     flight_errors, flight_notes = _flight.findings(logs)
     errors: list[Finding] = [
@@ -123,4 +126,5 @@ def analyse(logs: Logs, history: _gradients.History | None = None, norms_since: 
         [*_gradients.spike_notes(points), *straggling, *flight_notes],
         not_checked(logs),
         {**_gradients.largest(points), "straggler": straggler_fraction},
+        None if history is None else _gradients.history(norms, history),
     )

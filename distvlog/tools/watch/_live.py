@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ... import format as fmt
 from ...errors import InputError
-from ..diff import WANTED, Finding, History, Loader, Logs, analyse, line, load, norm_history
+from ..diff import WANTED, Finding, History, Loader, Logs, analyse, line, load
 from ..read import Record
 from ..stacks import ask, rank_files
 from . import _hang, _stop
@@ -198,7 +198,7 @@ class Judge:
     def up_to(self, logs: Logs, step: int) -> list[Finding]:
         """The errors in the steps before `step` (every rank has finished them), those found before included
         where they are found again."""
-        finished = logs.between(None, step)
+        finished = logs.before(step)
         if self.erred:  # what follows an error may be its consequence: judged with every step, as diff does
             errors = analyse(finished).errors
         else:
@@ -206,8 +206,8 @@ class Judge:
             # earlier ones (what an explosion is judged by: no stretch of them goes on while no error was
             # found), so that judging them costs the same at step 10 and at step 10,000. The other checks
             # compare whole sequences (allreduces, the nodes each rank ran, which ranks log them): every step.
-            errors = analyse(finished, self.history, norms_since=self.settled).errors
-            self.history = norm_history(finished, self.history, since=self.settled)
+            report = analyse(finished, self.history, norms_since=self.settled)
+            errors, self.history = report.errors, report.history
         self.settled = step
         self.erred = self.erred or bool(errors)
         return errors
