@@ -9,6 +9,10 @@ the ranks on it share):
   step is judged once every rank has gone past it) to the verdict;
 - hang (one allreduce fewer, --hang-after H): from the last record any rank wrote before the verdict, less H,
   to the verdict (the stacks request is most of it).
+Each case runs twice: with the job and the watch sharing every core (on a machine with fewer cores than
+ranks, as this 2-core one, ranks that busy-wait in MPI leave the watch a fraction of one), and with the
+watch on a core of its own, the job on the others (as on a training node, whose ranks drive accelerators and
+leave cores free; where there is one core only, the second run is left out).
 Then what a user has today: PyTorch's collective timeout (its watchdog: 10 min for NCCL, 30 for gloo, by
 default) before anything is said, and `distvlog diff` after the job was stopped (its run time).
 The stacks handler's cost on a step: one stat() of the request file per second per rank, timed here.
@@ -46,8 +50,18 @@ def _run_dir(logs: Path, ranks: int) -> Path:
         time.sleep(0.05)
 
 
-def watched(tmp: Path, ranks: int, steps: int, fault: list[str], watch_args: list[str]) -> tuple[Path, list]:
-    """(run dir, [(arrival time, verdict)]) of train.py with `fault`, watched until the job has ended."""
+def _on(cpus: set[int] | None):
+    """A child's start: on these cores only (None: wherever the system puts it)."""
+    return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
+
+
+def watched(
+    tmp: Path, ranks: int, steps: int, fault: list[str], watch_args: list[str], own_core: bool
+) -> tuple[Path, list]:
+    """(run dir, [(arrival time, verdict)]) of train.py with `fault`, watched until the job has ended; with
+    `own_core`, the watch on the first core and the job on the others."""
+    cores = sorted(os.sched_getaffinity(0))
+    job_cpus, watch_cpus = (set(cores[1:]), {cores[0]}) if own_core else (None, None)
     logs = tmp / f"logs-{len(list(tmp.iterdir()))}"
     cmd = [sys.executable, "-m", "distvlog"]
     job = subprocess.Popen(
@@ -55,10 +69,15 @@ def watched(tmp: Path, ranks: int, steps: int, fault: list[str], watch_args: lis
         env=_env(logs),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=_on(job_cpus),
     )
     run_dir = _run_dir(logs, ranks)
     watch = subprocess.Popen(
-        [*cmd, "watch", "--json", *watch_args, str(run_dir)], env=_env(logs), stdout=subprocess.PIPE, text=True
+        [*cmd, "watch", "--json", *watch_args, str(run_dir)],
+        env=_env(logs),
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=_on(watch_cpus),
     )
     found = [(time.time(), json.loads(line)) for line in watch.stdout]
     watch.wait()
@@ -73,6 +92,40 @@ def _logs(run_dir: Path):
     return load([str(run_dir)])
 
 
+def cases(tmp: Path, args: argparse.Namespace, own_core: bool) -> str:
+    """The three cases in one setting; the run directory of the last (the hang, stopped)."""
+    print(
+        "the watch on a core of its own, the job on the others:" if own_core else "the job and the watch on every core:"
+    )
+    at_step = str(args.steps * 3 // 4)
+    nan = ["--inject-nan-rank", "1", "--inject-nan-step", at_step]
+    _, found = watched(tmp, args.ranks, args.steps, nan, [], own_core)
+    at, v = next((t, v) for t, v in found if v["kind"] == "nan_origin")
+    print(f"  NaN:    verdict {at - v['ts'] / 1e6:6.2f} s after the NaN rank's record (live: {v['live']})")
+
+    graph = ["--inject-graph-rank", "1", "--inject-graph-step", at_step]
+    run_dir, found = watched(tmp, args.ranks, args.steps, graph, [], own_core)
+    at, v = next((t, v) for t, v in found if v["kind"] == "desync")
+    proof = max(mine.step_ts[v["step"] + 1] for mine in _logs(run_dir).ranks.values()) / 1e6
+    print(f"  desync: verdict {at - proof:6.2f} s after the record that proves it (live: {v['live']})")
+
+    skip = ["--inject-skip-allreduce-rank", "1", "--inject-skip-allreduce-step", "3"]
+    started = time.time()
+    hang = ["--stop-on-error", "--hang-after", str(args.hang_after)]
+    run_dir, found = watched(tmp, args.ranks, args.steps, skip, hang, own_core)
+    at, v = next((t, v) for t, v in found if v["kind"] == "hang")
+    logs = _logs(run_dir)
+    last = max(
+        max([s.ts for s in mine.stats] + [c.begun_ts for c in mine.collectives] + list(mine.step_ts.values()))
+        for mine in logs.ranks.values()
+    )
+    print(
+        f"  hang:   verdict {at - last / 1e6 - args.hang_after:6.2f} s past the threshold ({args.hang_after:g} s "
+        f"after the last record); job run and stopped in {time.time() - started:.1f} s"
+    )
+    return str(run_dir)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=4)
@@ -81,35 +134,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        at_step = str(args.steps * 3 // 4)
-        nan = ["--inject-nan-rank", "1", "--inject-nan-step", at_step]
-        _, found = watched(tmp, args.ranks, args.steps, nan, [])
-        at, v = next((t, v) for t, v in found if v["kind"] == "nan_origin")
-        print(f"NaN:    verdict {at - v['ts'] / 1e6:6.2f} s after the NaN rank's record (live: {v['live']})")
-
-        graph = ["--inject-graph-rank", "1", "--inject-graph-step", at_step]
-        run_dir, found = watched(tmp, args.ranks, args.steps, graph, [])
-        at, v = next((t, v) for t, v in found if v["kind"] == "desync")
-        proof = max(mine.step_ts[v["step"] + 1] for mine in _logs(run_dir).ranks.values()) / 1e6
-        print(f"desync: verdict {at - proof:6.2f} s after the record that proves it (live: {v['live']})")
-
-        skip = ["--inject-skip-allreduce-rank", "1", "--inject-skip-allreduce-step", "3"]
-        started = time.time()
-        run_dir, found = watched(
-            tmp, args.ranks, args.steps, skip, ["--stop-on-error", "--hang-after", str(args.hang_after)]
-        )
-        at, v = next((t, v) for t, v in found if v["kind"] == "hang")
-        logs = _logs(run_dir)
-        last = max(
-            max([s.ts for s in mine.stats] + [c.begun_ts for c in mine.collectives] + list(mine.step_ts.values()))
-            for mine in logs.ranks.values()
-        )
-        print(
-            f"hang:   verdict {at - last / 1e6 - args.hang_after:6.2f} s past the threshold ({args.hang_after:g} s "
-            f"after the last record); job run and stopped in {time.time() - started:.1f} s"
-        )
+        run_dir = cases(tmp, args, own_core=False)
+        if len(os.sched_getaffinity(0)) > 1:
+            cases(tmp, args, own_core=True)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "distvlog", "diff", str(run_dir)], env=_env(tmp), capture_output=True)
+        subprocess.run([sys.executable, "-m", "distvlog", "diff", run_dir], env=_env(tmp), capture_output=True)
         print(
             f"today:  nothing until PyTorch's timeout ({NCCL_TIMEOUT_S} s NCCL, {GLOO_TIMEOUT_S} s gloo), then "
             f"`distvlog diff` after the kill: {time.perf_counter() - t0:.2f} s"
