@@ -106,7 +106,7 @@ class _Handler:
 
     def _end(self, signum: int, frame: Any) -> None:
         """Death by this signal. A rank of a job first logs where its main thread was, then lives on for
-        _HOLD_S: its peers blocked in C got the same signal, and their watchers need _PROMPT_S to log where
+        _HOLD_S: its peers blocked in C got the same signal, and their watchers need 2 * _PROMPT_S to log where
         they are before the launcher, seeing this rank die, kills them with SIGKILL."""
         if not self.ending and IDENTITY.world_size > 1 and not SINK.forked:  # (a pool's worker is no rank)
             self.ending = True  # (a second signal during the hold ends it at once)
@@ -166,6 +166,7 @@ _PROMPT_S = 0.2  # a main thread that runs Python handles a signal sooner than t
 _HOLD_S = 5 * _PROMPT_S  # how long a rank that a signal ends in Python outlives it (see _Handler._end)
 _watcher_pipe: tuple[int, int] | None = None  # (read, write) ends, while the write end is Python's wakeup fd
 _watcher_pid: int | None = None
+_echoes: dict[int, int] = {}  # signal -> re-sends to the main thread whose wake-up the watcher has not read yet
 WAKE_ON: dict[int, Any] = {}  # signal -> what else it wakes (a thread of the logger's own: _stacks)
 
 
@@ -179,6 +180,7 @@ def _start_signal_watcher() -> None:
         os.close(read_end), os.close(write_end)
         return
     _watcher_pipe = (read_end, write_end)
+    _echoes.clear()
     threading.Thread(target=_watch_signals, args=(read_end,), name="distvlog-signals", daemon=True).start()
 
 
@@ -195,13 +197,18 @@ def _watch_signals(fd: int) -> None:
         for signum in signals & WAKE_ON.keys():
             WAKE_ON[signum]()
         for signum in signals & {*_CAUGHT, *_DEFAULT_DEATHS}:
+            if _echoes.get(signum):  # the wake-up of our own re-send (below)
+                _echoes[signum] -= 1
+                continue
             handler = signal.getsignal(signum)
             if not isinstance(handler, _Handler):  # replaced by the user's own: theirs to act
                 continue
             SINK.flush()
             time.sleep(_PROMPT_S)
-            if handler.calls > handler.seen:  # handled, as Python handles signals
-                handler.seen = handler.calls
+            if not _handled(handler):
+                _to_main_thread(signum)
+                time.sleep(_PROMPT_S)
+            if _handled(handler):
                 continue
             name = signal.Signals(signum).name
             where, stack = _main_thread_at()
@@ -210,9 +217,29 @@ def _watch_signals(fd: int) -> None:
                 SINK.cut_reserve()
             else:  # the process dies now, whether the main thread returns to Python or not
                 _settle_before_death()
-                time.sleep(SIGNAL_GRACE_S - _PROMPT_S)
+                time.sleep(SIGNAL_GRACE_S - 2 * _PROMPT_S)
                 if signal.getsignal(signum) is handler and handler.calls == handler.seen:
                     _exit_from_watcher(name, 128 + signum, where)
+
+
+def _handled(handler: _Handler) -> bool:
+    """Whether the main thread ran the handler since last asked (as Python handles signals)."""
+    if handler.calls > handler.seen:
+        handler.seen = handler.calls
+        return True
+    return False
+
+
+def _to_main_thread(signum: int) -> None:
+    """A signal sent to the process may land on another thread (the watcher, a daemon's): the main thread
+    then waits on, even in a wait that Python ends for a signal of its own (a lock, a pipe, a sleep: a pool's
+    idle worker). Sent to the main thread, the signal ends such a wait; an MPI call blocked in C goes on. (Had
+    the handler run just before, it runs again, as for a second signal: a process that ends ends sooner.)"""
+    _echoes[signum] = _echoes.get(signum, 0) + 1  # (the C-level handler writes it to the wakeup fd again)
+    try:
+        signal.pthread_kill(threading.main_thread().ident, signum)
+    except (OSError, ValueError):  # (no main thread: the process is ending)
+        _echoes[signum] -= 1
 
 
 def _main_thread_at() -> tuple[traceback.FrameSummary | None, str]:

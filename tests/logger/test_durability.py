@@ -181,6 +181,39 @@ def test_signals_to_a_process_blocked_in_c(scripts):
     assert scripts.records()[1].more[-1].strip().startswith("MPI.COMM_SELF.recv(source=0)")  # the stack's last line
 
 
+ON_ANOTHER_THREAD = """
+import signal, threading, time
+import multiprocessing as mp
+import distvlog.logger as dlog
+dlog.get_logger().info("before")
+lock = mp.get_context("fork").Lock()
+lock.acquire()
+idle = threading.Thread(target=threading.Event().wait, daemon=True)  # (a thread that runs no Python)
+idle.start()
+
+def send():
+    time.sleep(0.5)  # (the main thread waits by then; not a speed limit)
+    signal.pthread_kill(idle.ident, signal.{signal})  # as the kernel may deliver the process's signal: elsewhere
+
+threading.Thread(target=send, daemon=True).start()
+try:
+    lock.acquire()  # an idle pool worker's wait, which a signal to the main thread ends
+except KeyboardInterrupt:
+    print("the KeyboardInterrupt was raised", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_signal_that_lands_on_another_thread_still_reaches_the_main_threads_wait(scripts, signum):
+    """A signal sent to a process may be delivered to any of its threads; the main thread waiting on a lock
+    is then woken by the watcher (which sends it on), and handles it as Python does: SIGTERM ends the process
+    by the signal, SIGINT raises a KeyboardInterrupt there. No record says it was blocked in C (it was not),
+    and SIGTERM does not wait out the grace period to end it with an exit status of the watcher's."""
+    run = scripts.run(ON_ANOTHER_THREAD.format(signal=signum), rc=-signal.SIGTERM if signum == "SIGTERM" else 0)
+    assert ("KeyboardInterrupt was raised" in run.proc.stdout) == (signum == "SIGINT"), run.proc.stdout
+    assert [r.first for r in run.records()] == ["before"]
+
+
 def test_sigkill_leaves_only_whole_records(scripts):
     proc = scripts.start(LOOP.format(prologue="", message=THREE_LINES))
     wait_for_line(proc, "ready")
