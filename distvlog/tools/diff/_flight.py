@@ -203,8 +203,8 @@ def _members(dumps: dict, world: int):
 def _blocked(entries: list[FrEntry]) -> FrEntry | None:
     """Where a rank is: its first collective not completed where completions are known, else its last."""
     collectives = [e for e in entries if not e.p2p]
-    if any(e.completed is not None or e.state == "completed" for e in collectives):
-        return next((e for e in collectives if e.completed is None and e.state != "completed"), None)
+    if any(e.completed or e.state == "completed" for e in collectives):
+        return next((e for e in collectives if not e.completed and e.state != "completed"), None)
     return collectives[-1] if collectives else None
 
 
@@ -242,7 +242,7 @@ def _no_dumps(dumps: dict, world: int, blocked: dict, waits: dict) -> list[FrNoD
     if not waiting:
         return []
     b = blocked[waiting[0]]
-    certain = any(e.completed is not None or e.state == "completed" for e in dumps[waiting[0]].flight)
+    certain = any(e.completed or e.state == "completed" for e in dumps[waiting[0]].flight)
     return [FrNoDump(None, missing, world, waiting, _at(b.op, b.seq, b.pg), b.site, certain)]
 
 

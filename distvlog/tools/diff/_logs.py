@@ -104,7 +104,8 @@ class Signalled:
 
 @dataclass(slots=True)
 class FrEntry:
-    """One collective in a rank's Flight Recorder dump (times in epoch µs; None: not known)."""
+    """One collective in a rank's Flight Recorder dump: what the checks read of it (a thousand dumps of 2,000
+    entries are two million of these: no field more)."""
 
     pg: str
     seq: int
@@ -112,12 +113,11 @@ class FrEntry:
     sizes: Any
     dtypes: Any
     state: str
-    created: int
+    created: int  # epoch µs
     site: str  # file:line of the Python frame that issued it
     timeout_ms: int | None
     p2p: bool = False
-    started: int | None = None
-    completed: int | None = None
+    completed: bool = False  # its completion is known (NCCL with timing on; gloo's dumps never know it)
 
 
 @dataclass
@@ -303,16 +303,17 @@ def _collective(mine: RankLogs, rec: Record, event: str, open_collectives: dict[
 
 
 _SHARED_KEPT = 4096
-_shared_values: dict[str, Any] = {}
+_shared_values: dict[Any, Any] = {}
 
 
 def _shared(value: Any) -> Any:
-    """One object for equal sizes or dtypes: every rank's dump repeats the same few thousands of times, and
-    diff keeps an entry per collective per rank (by their repr: what sizes and dtypes hold, ints and strs,
-    reads the same only when equal)."""
-    if type(value) is not list:
+    """One object for equal sizes, dtypes, sequence ids or timeouts: every rank's dump repeats the same values
+    thousands of times, and diff keeps an entry per collective per rank (lists by their repr: what sizes and
+    dtypes hold, ints and strs, reads the same only when equal)."""
+    kind = type(value)
+    if kind is not list and kind is not int:
         return value
-    key = repr(value)
+    key = repr(value) if kind is list else value
     kept = _shared_values.get(key)
     if kept is None:
         if len(_shared_values) >= _SHARED_KEPT:
@@ -333,7 +334,7 @@ def _flight(mine: RankLogs, rec: Record, event: str) -> None:
     if event == fmt.FR_DUMP:
         mine.dump = f
         return
-    key = (str(f.get("pg")), _int(f.get("seq"), -1), f.get("p2p") is True)
+    key = (sys.intern(str(f.get("pg"))), _shared(_int(f.get("seq"), -1)), f.get("p2p") is True)
     if event == fmt.FR_ENQUEUED:
         timeout = f.get("timeout_ms")
         entry = FrEntry(
@@ -344,14 +345,15 @@ def _flight(mine: RankLogs, rec: Record, event: str) -> None:
             sys.intern(str(f.get("state"))),
             rec.ts,
             sys.intern(f"{rec.file}:{rec.line}"),
-            timeout if isinstance(timeout, int) else None,
+            _shared(timeout) if isinstance(timeout, int) else None,
             key[2],
         )
         mine.flight.append(entry)
         return
-    entry = next((e for e in reversed(mine.flight) if (e.pg, e.seq, e.p2p) == key), None)
-    if entry is not None:
-        setattr(entry, "started" if event == fmt.FR_STARTED else "completed", rec.ts)
+    if event == fmt.FR_COMPLETED:  # (its start: nothing the checks read)
+        entry = next((e for e in reversed(mine.flight) if (e.pg, e.seq, e.p2p) == key), None)
+        if entry is not None:
+            entry.completed = True
 
 
 def _parameters(mine: RankLogs, rec: Record) -> None:
