@@ -233,13 +233,28 @@ def _handled(handler: _Handler) -> bool:
 def _to_main_thread(signum: int) -> None:
     """A signal sent to the process may land on another thread (the watcher, a daemon's): the main thread
     then waits on, even in a wait that Python ends for a signal of its own (a lock, a pipe, a sleep: a pool's
-    idle worker). Sent to the main thread, the signal ends such a wait; an MPI call blocked in C goes on. (Had
-    the handler run just before, it runs again, as for a second signal: a process that ends ends sooner.)"""
+    idle worker). Sent to the main thread, the signal ends such a wait; an MPI call blocked in C goes on. Not
+    where the main thread blocks the signal (the kernel gave it to another thread for that reason: the user's
+    critical section or sigwait), nor where its mask cannot be read. (Had the handler run just before, it runs
+    again, as for a second signal: a process that ends ends sooner.)"""
+    if _main_thread_blocks(signum):
+        return
     _echoes[signum] = _echoes.get(signum, 0) + 1  # (the C-level handler writes it to the wakeup fd again)
     try:
         signal.pthread_kill(threading.main_thread().ident, signum)
     except (OSError, ValueError):  # (no main thread: the process is ending)
         _echoes[signum] -= 1
+
+
+def _main_thread_blocks(signum: int) -> bool:
+    """Whether the main thread blocks the signal (pthread_sigmask), as the kernel sees it (True where it cannot
+    be read: no /proc)."""
+    try:
+        with open(f"/proc/self/task/{threading.main_thread().native_id}/status") as status:
+            mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigBlk:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True
+    return bool(mask >> (signum - 1) & 1)
 
 
 def _main_thread_at() -> tuple[traceback.FrameSummary | None, str]:
