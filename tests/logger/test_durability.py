@@ -214,6 +214,35 @@ def test_a_signal_that_lands_on_another_thread_still_reaches_the_main_threads_wa
     assert [r.first for r in run.records()] == ["before"]
 
 
+BLOCKED_BY_THE_MAIN_THREAD = """
+import os, signal, threading, time
+import distvlog.logger as dlog
+dlog.get_logger().info("before")
+caught = 0
+old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a critical section: SIGINT goes elsewhere
+threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+lock = threading.Lock()
+lock.acquire()
+try:
+    lock.acquire(True, 1.0)  # a wait in the critical section, past the watcher's look
+except KeyboardInterrupt:  # (once it returns to Python)
+    caught += 1
+try:
+    signal.pthread_sigmask(signal.SIG_SETMASK, old)  # (a SIGINT pending in this thread would come now)
+    time.sleep(0.5)
+except KeyboardInterrupt:
+    caught += 1
+print(f"{caught} KeyboardInterrupt", flush=True)
+"""
+
+
+def test_a_signal_the_main_thread_blocks_is_not_sent_on_to_it(scripts):
+    """The main thread blocks SIGINT for a while: the kernel gives the process's SIGINT to another thread, and
+    the watcher leaves it so (sent on, it would wait in the main thread's mask and be handled twice)."""
+    run = scripts.run(BLOCKED_BY_THE_MAIN_THREAD)
+    assert "1 KeyboardInterrupt" in run.proc.stdout, run.proc.stdout
+
+
 def test_sigkill_leaves_only_whole_records(scripts):
     proc = scripts.start(LOOP.format(prologue="", message=THREE_LINES))
     wait_for_line(proc, "ready")
