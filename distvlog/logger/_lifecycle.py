@@ -166,8 +166,8 @@ _PROMPT_S = 0.2  # a main thread that runs Python handles a signal sooner than t
 _HOLD_S = 5 * _PROMPT_S  # how long a rank that a signal ends in Python outlives it (see _Handler._end)
 _watcher_pipe: tuple[int, int] | None = None  # (read, write) ends, while the write end is Python's wakeup fd
 _watcher_pid: int | None = None
-_echoes: dict[int, int] = {}  # signal -> re-sends to the main thread whose wake-up the watcher has not read yet
 WAKE_ON: dict[int, Any] = {}  # signal -> what else it wakes (a thread of the logger's own: _stacks)
+MAIN_WAKE: tuple[int, Any] | None = None  # a signal and its Python handler, which does nothing of note (_stacks)
 
 
 def _start_signal_watcher() -> None:
@@ -180,7 +180,6 @@ def _start_signal_watcher() -> None:
         os.close(read_end), os.close(write_end)
         return
     _watcher_pipe = (read_end, write_end)
-    _echoes.clear()
     threading.Thread(target=_watch_signals, args=(read_end,), name="distvlog-signals", daemon=True).start()
 
 
@@ -197,18 +196,16 @@ def _watch_signals(fd: int) -> None:
         for signum in signals & WAKE_ON.keys():
             WAKE_ON[signum]()
         for signum in signals & {*_CAUGHT, *_DEFAULT_DEATHS}:
-            if _echoes.get(signum):  # the wake-up of our own re-send (below)
-                _echoes[signum] -= 1
-                continue
             handler = signal.getsignal(signum)
             if not isinstance(handler, _Handler):  # replaced by the user's own: theirs to act
                 continue
             SINK.flush()
             time.sleep(_PROMPT_S)
-            if not _handled(handler):
-                _to_main_thread(signum)
+            handled = _handled(handler)
+            if not handled and _wake_main_thread(signum):
                 time.sleep(_PROMPT_S)
-            if _handled(handler):
+                handled = _handled(handler)
+            if handled:
                 continue
             name = signal.Signals(signum).name
             where, stack = _main_thread_at()
@@ -230,20 +227,20 @@ def _handled(handler: _Handler) -> bool:
     return False
 
 
-def _to_main_thread(signum: int) -> None:
-    """A signal sent to the process may land on another thread (the watcher, a daemon's): the main thread
-    then waits on, even in a wait that Python ends for a signal of its own (a lock, a pipe, a sleep: a pool's
-    idle worker). Sent to the main thread, the signal ends such a wait; an MPI call blocked in C goes on. Not
-    where the main thread blocks the signal (the kernel gave it to another thread for that reason: the user's
-    critical section or sigwait), nor where its mask cannot be read. (Had the handler run just before, it runs
-    again, as for a second signal: a process that ends ends sooner.)"""
-    if _main_thread_blocks(signum):
-        return
-    _echoes[signum] = _echoes.get(signum, 0) + 1  # (the C-level handler writes it to the wakeup fd again)
+def _wake_main_thread(signum: int) -> bool:
+    """A signal sent to the process may land on another thread (the watcher, a daemon's): the main thread then
+    waits on, even in a wait that Python ends for a signal (a lock, a pipe, a sleep: a pool's idle worker), and
+    the signal's handler with it. Another signal to the main thread, whose handler does nothing of note
+    (MAIN_WAKE: the stacks module's), ends such a wait, and Python then runs the pending handler, once; an MPI
+    call blocked in C goes on. Not where the main thread blocks `signum` (its critical section, its sigwait).
+    Whether it was sent."""
+    if MAIN_WAKE is None or signal.getsignal(MAIN_WAKE[0]) is not MAIN_WAKE[1] or _main_thread_blocks(signum):
+        return False
     try:
-        signal.pthread_kill(threading.main_thread().ident, signum)
+        signal.pthread_kill(threading.main_thread().ident, MAIN_WAKE[0])
     except (OSError, ValueError):  # (no main thread: the process is ending)
-        _echoes[signum] -= 1
+        return False
+    return True
 
 
 def _main_thread_blocks(signum: int) -> bool:

@@ -85,6 +85,7 @@ def _on_open(sink: RankFile) -> None:
     _install_handler()
     if _ASKED.handler_installed:
         _lifecycle.WAKE_ON[STACKS_WAKE_SIGNAL] = _ASKED.wake.set
+        _lifecycle.MAIN_WAKE = (STACKS_WAKE_SIGNAL, _handler)  # (a wake-up costs a look for a request)
     request = sink.path.parent / STACKS_REQUEST
     threading.Thread(target=_watch, args=(request,), name="distvlog-stacks", daemon=True).start()
 
