@@ -214,6 +214,32 @@ def test_a_signal_that_lands_on_another_thread_still_reaches_the_main_threads_wa
     assert [r.first for r in run.records()] == ["before"]
 
 
+HANDLED_AT_ONCE = """
+import os, signal, threading, time
+import distvlog.logger as dlog
+dlog.get_logger().info("before")
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+def busy(seconds):  # Python: the handler runs at once
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+
+try:
+    busy(5)
+except KeyboardInterrupt:
+    busy(1)  # the script goes on, past the watcher's looks
+dlog.get_logger().info("after")
+"""
+
+
+def test_a_signal_handled_at_once_leaves_no_record_of_a_wait_in_c(scripts):
+    """The main thread runs Python: the handler runs within microseconds, and the watcher, which looks twice
+    (before and after waking a waiting main thread), counts that run once and logs nothing."""
+    run = scripts.run(HANDLED_AT_ONCE)
+    assert [r.first for r in run.records()] == ["before", "after"]
+
+
 BLOCKED_BY_THE_MAIN_THREAD = """
 import os, signal, threading, time
 import distvlog.logger as dlog
