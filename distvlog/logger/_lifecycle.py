@@ -200,6 +200,7 @@ def _watch_signals(fd: int) -> None:
             if not isinstance(handler, _Handler):  # replaced by the user's own: theirs to act
                 continue
             SINK.flush()
+            arrived = time.monotonic()
             time.sleep(_PROMPT_S)
             handled = _handled(handler)
             if not handled and _wake_main_thread(signum):
@@ -214,7 +215,7 @@ def _watch_signals(fd: int) -> None:
                 SINK.cut_reserve()
             else:  # the process dies now, whether the main thread returns to Python or not
                 _settle_before_death()
-                time.sleep(SIGNAL_GRACE_S - 2 * _PROMPT_S)
+                time.sleep(max(0.0, SIGNAL_GRACE_S - (time.monotonic() - arrived)))
                 if signal.getsignal(signum) is handler and handler.calls == handler.seen:
                     _exit_from_watcher(name, 128 + signum, where)
 
@@ -247,7 +248,9 @@ def _main_thread_blocks(signum: int) -> bool:
     """Whether the main thread blocks the signal (pthread_sigmask), as the kernel sees it (True where it cannot
     be read: no /proc)."""
     try:
-        with open(f"/proc/self/task/{threading.main_thread().native_id}/status") as status:
+        # (the main thread is the process's first, whose id is the pid; its native_id is the parent's after a
+        # fork before Python 3.13.4)
+        with open(f"/proc/self/task/{os.getpid()}/status") as status:
             mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigBlk:"))
     except (OSError, ValueError, IndexError, StopIteration):
         return True

@@ -214,6 +214,33 @@ def test_a_signal_that_lands_on_another_thread_still_reaches_the_main_threads_wa
     assert [r.first for r in run.records()] == ["before"]
 
 
+IN_A_FORKED_CHILD = """
+import os, signal, threading, time
+import multiprocessing as mp
+import distvlog.logger as dlog
+dlog.get_logger().info("before")
+pid = os.fork()
+if pid == 0:  # a forked child that logs (a pool's worker), then waits on a lock
+    dlog.get_logger().info("in the child")
+    lock = mp.get_context("fork").Lock()
+    lock.acquire()
+    idle = threading.Thread(target=threading.Event().wait, daemon=True)
+    idle.start()
+    threading.Timer(0.5, signal.pthread_kill, (idle.ident, signal.SIGTERM)).start()
+    lock.acquire()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child:", f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}")
+"""
+
+
+def test_a_forked_childs_main_thread_is_woken_too(scripts):
+    """The same in a forked child (its main thread is its first, whatever Python's records of the parent's say):
+    the SIGTERM that landed on another thread ends it by the signal, not by the watcher after the grace period."""
+    run = scripts.run(IN_A_FORKED_CHILD)
+    assert "child: killed by signal 15" in run.proc.stdout, run.proc.stdout
+
+
 HANDLED_AT_ONCE = """
 import os, signal, threading, time
 import distvlog.logger as dlog
