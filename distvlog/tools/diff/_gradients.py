@@ -151,8 +151,8 @@ def history(norms: Series, before: History) -> History:
     out = dict(before)
     for key, per_rank in norms.items():
         largest, seen = out.get(key, (0.0, 0))
-        norms = [value[0] for by_step in per_rank.values() for value in by_step.values()]
-        out[key] = (max(largest, *norms), seen + len({step for by_step in per_rank.values() for step in by_step}))
+        values = [value[0] for by_step in per_rank.values() for value in by_step.values()]
+        out[key] = (max(largest, *values), seen + len({step for by_step in per_rank.values() for step in by_step}))
     return out
 
 

@@ -334,6 +334,8 @@ def _flight(mine: RankLogs, rec: Record, event: str) -> None:
     if event == fmt.FR_DUMP:
         mine.dump = f
         return
+    if event == fmt.FR_STARTED:  # (nothing the checks read)
+        return
     key = (sys.intern(str(f.get("pg"))), _shared(_int(f.get("seq"), -1)), f.get("p2p") is True)
     if event == fmt.FR_ENQUEUED:
         timeout = f.get("timeout_ms")
@@ -350,10 +352,9 @@ def _flight(mine: RankLogs, rec: Record, event: str) -> None:
         )
         mine.flight.append(entry)
         return
-    if event == fmt.FR_COMPLETED:  # (its start: nothing the checks read)
-        entry = next((e for e in reversed(mine.flight) if (e.pg, e.seq, e.p2p) == key), None)
-        if entry is not None:
-            entry.completed = True
+    entry = next((e for e in reversed(mine.flight) if (e.pg, e.seq, e.p2p) == key), None)  # (its completion)
+    if entry is not None:
+        entry.completed = True
 
 
 def _parameters(mine: RankLogs, rec: Record) -> None:
