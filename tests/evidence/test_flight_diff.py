@@ -161,3 +161,54 @@ def test_completions_place_each_rank_at_its_first_open_collective(job, tmp_path,
     slices = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e.get("cat") == "collective"]
     assert [e["dur"] for e in sorted(slices, key=lambda e: e["ts"])][:4] == [2, 2, 2, 2]  # enqueue to completion
     assert sorted(slices, key=lambda e: e["ts"])[-1]["args"]["ends"].startswith("unfinished")
+
+
+def test_dumps_and_their_merged_records_give_one_verdict(job, tmp_path, cli):
+    """diff reads a dump's entries as they are, and the same entries as records (merge's JSON lines of the
+    dumps): one verdict both ways, also where a rank's dump was cut short (its dump still counts as one)."""
+    dumps = tmp_path / "skip"
+    shutil.copytree(job / "fr" / "skip", dumps)
+    data = (dumps / "nccl_trace_rank_0").read_bytes()
+    (dumps / "nccl_trace_rank_0").write_bytes(data[: len(data) - 1])  # every entry whole, the pickle's end lost
+    code, merged, err = cli("merge", "--format", "jsonl", dumps)
+    assert code == 0 and "cut short" in err
+    (tmp_path / "merged.jsonl").write_text(merged)
+    verdicts = []
+    for path in (dumps, tmp_path / "merged.jsonl"):
+        code, out, _ = cli("diff", path)
+        assert code == 1 and "no Flight Recorder dump" not in out, out
+        verdicts.append(out.splitlines()[1])
+    assert verdicts[0] == verdicts[1] and verdicts[0].startswith(VERDICTS["skip"])
+
+
+def test_values_no_column_holds_are_read_as_absent(tmp_path, cli):
+    """An untrusted dump's ids and times past 64 bits, digits of other scripts, lists where strings go: each
+    value read as absent or as text, one line of verdict, no traceback."""
+
+    def entry(seq, **odd):
+        return {"collective_seq_id": seq, "pg_id": 0, "process_group": ["0", "default_pg"], "record_id": seq,
+                "profiling_name": "gloo:all_reduce", "time_created_ns": 1_796_004_674_000_000_000 + seq * 1000,
+                "input_sizes": [[4]], "input_dtypes": ["Float"], "output_sizes": [[4]], "output_dtypes": ["Float"],
+                "state": "scheduled", "timeout_ms": 5000, **odd}  # fmt: skip
+
+    odd = [
+        {"record_id": 10**30},
+        {"collective_seq_id": "²"},
+        {"time_created_ns": "9" * 5000},
+        {"thread_id": ["not", "a", "tid"], "state": {"a": 1}},
+        {"timeout_ms": -(2**70)},
+    ]
+    for rank in range(2):
+        entries = [entry(seq) for seq in range(1, 4)] + [entry(4 + i, **o) for i, o in enumerate(odd) if rank == 1]
+        dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}}
+        (tmp_path / f"trace_{rank}").write_text(json.dumps({**dump, "entries": entries}))
+    code, merged, err = cli("merge", "--format", "jsonl", tmp_path)
+    assert code == 0 and "Traceback" not in err, err
+    enqueued = [json.loads(line) for line in merged.splitlines() if '"fr enqueued"' in line]
+    assert len(enqueued) == 3 + 3 + len(odd) - 1  # (the one without a creation time is not placed)
+    assert any(r["record_id"] is None for r in enqueued) and any(r["seq"] is None for r in enqueued)
+    code, out, err = cli("diff", tmp_path)
+    assert code == 1 and "Traceback" not in err, out + err
+    assert out.splitlines()[1] == (  # (#6 had no creation time; of two, neither side is the minority)
+        "rank 0 is 5 collectives short in group 0: never issued all_reduce #8, which rank 1 issued and wait in"
+    )

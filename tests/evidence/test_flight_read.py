@@ -123,3 +123,28 @@ def test_cut_json_dump_and_garbage(job, tmp_path, cli):
     (tmp_path / "garbage_1").write_bytes(b"\x80\x04" + b'"pg_config" "entries"' + bytes(range(256)))
     code, _, err = cli("merge", tmp_path / "garbage_1")
     assert code == 2 and err.count("\n") == 1 and "garbage_1" in err
+
+
+def test_dump_text_is_its_records_text(job, tmp_path, cli):
+    """merge writes a dump's records from each shape's text with the ids put in: the same lines as the
+    records' own text (their JSON lines merged again), with starts, completions, durations and missing ids."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    for rank in range(2):
+        dump = json.loads((job / "fr" / "healthy-json" / f"nccl_trace_rank_{rank}").read_bytes())
+        for i, entry in enumerate(dump["entries"]):
+            entry["time_discovered_started_ns"] = entry["time_created_ns"] + 1000
+            entry["time_discovered_completed_ns"] = entry["time_created_ns"] + 2000 if i % 2 else 0
+            if i % 3 == 0:
+                entry["duration_ms"] = 0.5 * i
+        dump["entries"][1]["record_id"] = None
+        dump["entries"][2]["collective_seq_id"] = "²"
+        (dumps / f"trace_{rank}").write_text(json.dumps(dump))
+    code, direct, _ = cli("merge", dumps)
+    code2, jsonl, _ = cli("merge", "--format", "jsonl", dumps)
+    (tmp_path / "merged.jsonl").write_text(jsonl)
+    code3, again, _ = cli("merge", tmp_path / "merged.jsonl")
+    records = [line for line in direct.splitlines() if "[rank " in line]
+    assert code == code2 == code3 == 0 and len(records) > 20
+    assert any("seq=None" in line for line in records) and any("duration_ms=" in line for line in records)
+    assert records == [line for line in again.splitlines() if "[rank " in line]

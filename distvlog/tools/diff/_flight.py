@@ -16,14 +16,20 @@ entries stay `scheduled`); it waits for the group's members that never issued th
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ...wording import ranks_text
+from ._entries import Flight, Texts
 from ._findings import Finding
-from ._logs import FrEntry, Logs
+from ._logs import Logs
 
 _NO_FRAME = "flight_recorder:"
+_SPAN = 256  # sequence ids compared across ranks at a time
 
 
 @dataclass
@@ -152,23 +158,31 @@ class FrNoDump(FlightFinding):
         )
 
 
+@dataclass(frozen=True)
+class _At:
+    """A rank's place: one collective of a group."""
+
+    pg: int  # codes (Texts)
+    seq: int
+    op: str
+    site: str
+
+
 def findings(logs: Logs) -> tuple[list[FlightFinding], list[FlightFinding]]:
     """(errors, notes) from the ranks' dumps."""
     dumps = {r: m for r, m in logs.ranks.items() if m.dump is not None}
     if not dumps:
         return [], []
     world = max([_int(m.dump.get("world") if m.dump else None) for m in dumps.values()] + [max(dumps) + 1])
-    index = {r: _index(m.flight) for r, m in dumps.items()}
-    members = _members(dumps, world)
-    blocked = {r: b for r, m in dumps.items() if (b := _blocked(m.flight)) is not None}
-    waits = {
-        r: [s for s in members(b.pg) if s != r and (s not in index or b.seq not in index[s].get(b.pg, {}))]
-        for r, b in blocked.items()
-    }
-    no_dumps = _no_dumps(dumps, world, blocked, waits)
-    errors: list[FlightFinding] = [*_mismatches(index, members), *(f for f in no_dumps if f.certain)]
-    errors += _waits(index, blocked, waits, members)
-    errors += _late(index, members)
+    flights = {r: m.flight for r, m in dumps.items()}
+    texts = logs.texts.texts
+    members = _members(dumps, world, logs.texts)
+    blocked = {r: at for r, f in flights.items() if (at := _blocked(f, texts)) is not None}
+    waits = _waits_for(flights, blocked, members)
+    no_dumps = _no_dumps(flights, world, blocked, waits, texts)
+    errors: list[FlightFinding] = [*_mismatches(flights, members, texts), *(f for f in no_dumps if f.certain)]
+    errors += _waits(flights, blocked, waits, texts)
+    errors += _late(flights, members, texts)
     errors += [f for f in no_dumps if not f.certain]  # a guess comes after what the dumps show
     missing = [r for r in range(world) if r not in dumps]
     notes: list[FlightFinding] = []
@@ -181,35 +195,32 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _index(entries: list[FrEntry]) -> dict[str, dict[int, FrEntry]]:
-    out: dict[str, dict[int, FrEntry]] = defaultdict(dict)
-    for e in entries:
-        if not e.p2p:
-            out[e.pg][e.seq] = e
-    return out
-
-
-def _members(dumps: dict, world: int):
+def _members(dumps: dict, world: int, codes: Texts) -> Callable[[int], list[int]]:
     """group -> its ranks: from the dumps' pg_config where it names the group's ranks, else every rank."""
-    known: dict[str, list[int]] = {}
+    known: dict[int, list[int]] = {}
     for m in dumps.values():
         for name, group in (m.dump.get("groups") or {}).items():
             ranks = group.get("ranks") if isinstance(group, dict) else None
             if ranks:
-                known[str(name)] = [r for r in ranks if isinstance(r, int)]
+                known[codes.code(str(name))] = [r for r in ranks if isinstance(r, int)]
     return lambda pg: known.get(pg, list(range(world)))
 
 
-def _blocked(entries: list[FrEntry]) -> FrEntry | None:
-    """Where a rank is: its first collective not completed where completions are known, else its last."""
-    collectives = [e for e in entries if not e.p2p]
-    if any(e.completed or e.state == "completed" for e in collectives):
-        return next((e for e in collectives if not e.completed and e.state != "completed"), None)
-    return collectives[-1] if collectives else None
+def _blocked(flight: Flight, texts: list[str]) -> _At | None:
+    row = flight.blocked()
+    if row is None:
+        return None
+    pg, seq, op, site = (flight.column(name)[row] for name in ("pg", "seq", "op", "site"))
+    return _At(int(pg), int(seq), texts[op], texts[site])
 
 
-def _signature(e: FrEntry) -> str:
-    return f"{e.op} {e.sizes} {e.dtypes}"
+def _waits_for(flights: dict[int, Flight], blocked: dict[int, _At], members) -> dict[int, list[int]]:
+    """Each blocked rank's group members that never issued the collective it is at (those without a dump too)."""
+    absent: dict[tuple[int, int], list[int]] = {}
+    for b in blocked.values():
+        if (b.pg, b.seq) not in absent:
+            absent[b.pg, b.seq] = [s for s in members(b.pg) if s not in flights or flights[s].row(b.pg, b.seq) is None]
+    return {r: [s for s in absent[b.pg, b.seq] if s != r] for r, b in blocked.items()}
 
 
 def _split(groups: dict) -> tuple[list[int], list[int]]:
@@ -219,88 +230,149 @@ def _split(groups: dict) -> tuple[list[int], list[int]]:
     return culprits, sorted(r for side in sides[1:] for r in side)
 
 
-def _mismatches(index: dict, members) -> list[FlightFinding]:
-    out = []
-    for pg in sorted({pg for per in index.values() for pg in per}):
-        have = [r for r in members(pg) if r in index]
-        common = set.intersection(*(set(index[r].get(pg, {})) for r in have)) if have else set()
-        for seq in sorted(common):
-            by: dict[str, list[int]] = defaultdict(list)
-            for r in have:
-                by[_signature(index[r][pg][seq])].append(r)
-            if len(by) > 1:
-                culprits, others = _split(by)
-                a, b = index[culprits[0]][pg][seq], index[others[0]][pg][seq]
-                out.append(FrMismatch(None, culprits, others, pg, seq, _signature(a), _signature(b), a.site, b.site))
+def _common(flights: dict[int, Flight], members, pg: int) -> tuple[list[int], np.ndarray]:
+    """(the group's ranks with a dump, the sequence ids each of them issued)."""
+    have = [r for r in members(pg) if r in flights]
+    if not have:
+        return have, np.zeros(0, np.int64)
+    return have, functools.reduce(np.intersect1d, (flights[r].of_group(pg)[0] for r in have))
+
+
+def _table(flights: dict[int, Flight], have: list[int], pg: int, seqs: np.ndarray, name: str) -> np.ndarray:
+    """A column at `seqs` of group `pg`, a row per rank of `have`."""
+    return np.stack([flights[r].at_common(pg, seqs, name) for r in have])
+
+
+def _groups(flights: dict[int, Flight], texts: list[str]) -> list[int]:
+    """Every group some rank used, by name."""
+    return sorted({pg for f in flights.values() for pg in f.groups()}, key=lambda pg: texts[pg])
+
+
+def _spans(common: np.ndarray) -> Iterator[np.ndarray]:
+    """The common sequence ids a few hundred at a time: a table of them for a thousand ranks stays small."""
+    for at in range(0, len(common), _SPAN):
+        yield common[at : at + _SPAN]
+
+
+def _mismatches(flights: dict[int, Flight], members, texts: list[str]) -> list[FlightFinding]:
+    out: list[FlightFinding] = []
+    for pg in _groups(flights, texts):
+        have, common = _common(flights, members, pg)
+        for seqs in _spans(common):
+            sigs = _table(flights, have, pg, seqs, "sig")
+            differ = np.flatnonzero((sigs != sigs[0]).any(axis=0))
+            if len(differ):
                 break
+        else:
+            continue
+        col = int(differ[0])
+        by: dict[int, list[int]] = defaultdict(list)
+        for r, sig in zip(have, sigs[:, col].tolist()):
+            by[sig].append(r)
+        culprits, others = _split(by)
+        seq = int(seqs[col])
+        a, b = (flights[side[0]].row(pg, seq) for side in (culprits, others))
+        sig, site = flights[culprits[0]].column("sig"), flights[culprits[0]].column("site")
+        others_sig, others_site = flights[others[0]].column("sig"), flights[others[0]].column("site")
+        out.append(
+            FrMismatch(
+                None,
+                culprits,
+                others,
+                texts[pg],
+                seq,
+                texts[sig[a]],
+                texts[others_sig[b]],
+                texts[site[a]],
+                texts[others_site[b]],
+            )
+        )
+        break
     return out
 
 
-def _no_dumps(dumps: dict, world: int, blocked: dict, waits: dict) -> list[FrNoDump]:
-    missing = [r for r in range(world) if r not in dumps]
+def _no_dumps(flights: dict[int, Flight], world: int, blocked: dict, waits: dict, texts: list[str]) -> list[FrNoDump]:
+    missing = [r for r in range(world) if r not in flights]
     waiting = sorted(r for r, ws in waits.items() if set(ws) & set(missing))
     if not waiting:
         return []
     b = blocked[waiting[0]]
-    certain = any(e.completed or e.state == "completed" for e in dumps[waiting[0]].flight)
-    return [FrNoDump(None, missing, world, waiting, _at(b.op, b.seq, b.pg), b.site, certain)]
+    certain = flights[waiting[0]].knows_done
+    return [FrNoDump(None, missing, world, waiting, _at(b.op, b.seq, texts[b.pg]), b.site, certain)]
 
 
-def _waits(index: dict, blocked: dict, waits: dict, members) -> list[FlightFinding]:
+def _waits(flights: dict[int, Flight], blocked: dict[int, _At], waits: dict, texts: list[str]) -> list[FlightFinding]:
     out: list[FlightFinding] = []
-    waiting = {r: ws for r, ws in waits.items() if any(s in index for s in ws)}
+    waiting = {r: ws for r, ws in waits.items() if any(s in flights for s in ws)}
     done: set[int] = set()
     for r in sorted(waiting):
         if r in done:
             continue
         b = blocked[r]
-        others = [s for s in waiting[r] if s in index]
+        others = [s for s in waiting[r] if s in flights]
         cycle = [s for s in others if s in blocked and blocked[s].pg != b.pg and r in waits.get(s, [])]
         if cycle:
-            side = sorted(s for s in waiting if blocked[s].pg == b.pg and blocked[s].seq == b.seq)
+            side = sorted(s for s in waiting if (blocked[s].pg, blocked[s].seq) == (b.pg, b.seq))
             other = sorted(s for s in waiting if s not in side)
             ob = blocked[other[0]]
             if len(other) < len(side):
                 side, other, b, ob = other, side, ob, b
-            out.append(FrOrder(None, side, other, _at(b.op, b.seq, b.pg), b.site, _at(ob.op, ob.seq, ob.pg), ob.site))
+            at, others_at = _at(b.op, b.seq, texts[b.pg]), _at(ob.op, ob.seq, texts[ob.pg])
+            out.append(FrOrder(None, side, other, at, b.site, others_at, ob.site))
             done.update(side + other)
             continue
         side = sorted(s for s in waiting if (blocked[s].pg, blocked[s].seq) == (b.pg, b.seq))
-        behind = sorted({s for w in side for s in waiting[w] if s in index})
-        count = b.seq - max((max(index[s].get(b.pg, {0: None})) for s in behind), default=0)
+        behind = sorted({s for w in side for s in waiting[w] if s in flights})
+        count = b.seq - max((flights[s].last_seq(b.pg) for s in behind), default=0)
+        pg = texts[b.pg]
         if len(side) < len(behind):
-            out.append(FrBehind(None, side, behind, "ahead", count, b.pg, b.seq, b.op, b.site))
+            out.append(FrBehind(None, side, behind, "ahead", count, pg, b.seq, b.op, b.site))
         else:
-            parted = _parted(index, behind, side, b.pg)
-            out.append(FrBehind(None, behind, side, "short", count, b.pg, b.seq, b.op, b.site, parted))
+            parted = _parted(flights, behind, side, b.pg, texts)
+            out.append(FrBehind(None, behind, side, "short", count, pg, b.seq, b.op, b.site, parted))
         done.update(side + behind)
     return out
 
 
-def _parted(index: dict, culprits: list[int], others: list[int], pg: str) -> tuple[int, str, str] | None:
+def _parted(
+    flights: dict[int, Flight], culprits: list[int], others: list[int], pg: int, texts: list[str]
+) -> tuple[int, str, str] | None:
     """The first collective of `pg` the culprits issued from another line than the others."""
-    mine, theirs = index[culprits[0]].get(pg, {}), index[others[0]].get(pg, {})
-    for seq in sorted(set(mine) & set(theirs)):
-        if mine[seq].site != theirs[seq].site:
-            return seq, mine[seq].site, theirs[seq].site
-    return None
+    mine, theirs = flights[culprits[0]], flights[others[0]]
+    common = np.intersect1d(mine.of_group(pg)[0], theirs.of_group(pg)[0])
+    sites, other_sites = mine.at_common(pg, common, "site"), theirs.at_common(pg, common, "site")
+    differ = np.flatnonzero(sites != other_sites)
+    if not len(differ):
+        return None
+    at = int(differ[0])
+    return int(common[at]), texts[sites[at]], texts[other_sites[at]]
 
 
-def _late(index: dict, members) -> list[FlightFinding]:
-    out = []
-    for pg in sorted({pg for per in index.values() for pg in per}):
-        have = [r for r in members(pg) if r in index]
+def _late(flights: dict[int, Flight], members, texts: list[str]) -> list[FlightFinding]:
+    out: list[FlightFinding] = []
+    for pg in _groups(flights, texts):
+        have, common = _common(flights, members, pg)
         if len(have) < 2:
             continue
-        for seq in sorted(set.intersection(*(set(index[r].get(pg, {})) for r in have))):
-            entries = {r: index[r][pg][seq] for r in have}
-            first = min(e.created for e in entries.values())
-            timeout = min((e.timeout_ms for e in entries.values() if e.timeout_ms), default=None)
-            late = [r for r, e in entries.items() if timeout and e.created - first > timeout * 1000]
-            if late:
-                r = max(late, key=lambda x: entries[x].created)
-                e = entries[r]
-                on_time = sorted(x for x in have if x not in late)
-                out.append(FrLate(None, r, on_time, pg, seq, e.op, (e.created - first) / 1e6, timeout / 1000, e.site))
+        for seqs in _spans(common):
+            created = _table(flights, have, pg, seqs, "created")
+            timeouts = _table(flights, have, pg, seqs, "timeout_ms")
+            first = created.min(axis=0)
+            timeout = np.where(timeouts > 0, timeouts, np.inf).min(axis=0)  # the shortest a rank gave (0: none)
+            late = created - first > timeout * 1000
+            cols = np.flatnonzero(late.any(axis=0))
+            if len(cols):
                 break
+        else:
+            continue
+        col = int(cols[0])
+        late_ranks = [r for r, is_late in zip(have, late[:, col].tolist()) if is_late]
+        i = max(range(len(have)), key=lambda k: (late[k, col], created[k, col]))
+        r, seq = have[i], int(seqs[col])
+        row = flights[r].row(pg, seq)
+        op, site = (texts[flights[r].column(name)[row]] for name in ("op", "site"))
+        on_time = sorted(x for x in have if x not in late_ranks)
+        late_s = (int(created[i, col]) - int(first[col])) / 1e6
+        out.append(FrLate(None, r, on_time, texts[pg], seq, op, late_s, float(timeout[col]) / 1000, site))
+        break
     return out

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from ..read import (
     open_sources,
     read_records,
 )
+from ._entries import Flight, Texts, signature
 
 # Where a signal found a rank's main thread: the watcher's record (blocked in C) or the handler's (in Python).
 SIGNAL_MARKS = {fmt.BLOCKED_IN_C: "blocked in C", fmt.IN_PYTHON: "running Python"}
@@ -102,24 +102,6 @@ class Signalled:
     where: str  # file:line
 
 
-@dataclass(slots=True)
-class FrEntry:
-    """One collective in a rank's Flight Recorder dump: what the checks read of it (a thousand dumps of 2,000
-    entries are two million of these: no field more)."""
-
-    pg: str
-    seq: int
-    op: str
-    sizes: Any
-    dtypes: Any
-    state: str
-    created: int  # epoch µs
-    site: str  # file:line of the Python frame that issued it
-    timeout_ms: int | None
-    p2p: bool = False
-    completed: bool = False  # its completion is known (NCCL with timing on; gloo's dumps never know it)
-
-
 @dataclass
 class RankLogs:
     stats: list[Stat] = field(default_factory=list)  # in file order
@@ -133,7 +115,7 @@ class RankLogs:
     last_step: int = -1  # the last step its step-numbered records reach
     failures: list[Failure] = field(default_factory=list)
     signalled: Signalled | None = None
-    flight: list[FrEntry] = field(default_factory=list)  # its Flight Recorder entries, oldest first
+    flight: Flight = field(default_factory=Flight)  # its Flight Recorder entries
     dump: dict[str, Any] | None = None  # its Flight Recorder dump's own record (fields)
 
     def before(self, stop: int) -> RankLogs:
@@ -162,6 +144,7 @@ class RankLogs:
 class Logs:
     ranks: dict[int, RankLogs] = field(default_factory=lambda: defaultdict(RankLogs))
     step_source: str = "step"  # or "logged backward pass": no DataParallel step in the grad_stats
+    texts: Texts = field(default_factory=Texts)  # what Flight Recorder entries' codes stand for
 
     def before(self, stop: int) -> Logs:
         """What the logs hold of the steps before `stop`: a live run's steps that every rank has finished, where
@@ -169,6 +152,7 @@ class Logs:
         return Logs(
             defaultdict(RankLogs, {rank: mine.before(stop) for rank, mine in self.ranks.items()}),
             self.step_source,
+            self.texts,
         )
 
 
@@ -198,6 +182,8 @@ def load(paths: list[str], warn: Warn = ignore, *, losses: bool = False) -> Logs
     for source in sources:
         if source.rank is not None:
             loader.logs.ranks[source.rank]  # a rank whose file holds nothing diff reads is still a rank of the run
+        if (dump := source.read_flight()) is not None:
+            loader.add_dump(source.rank, dump)
     for rec in read_records(sources, where=_WANTED_WITH_LOSS if losses else WANTED, severities="WEF"):
         loader.feed(rec)
     after_reading(sources, warn)
@@ -224,11 +210,19 @@ class Loader:
         """Whether anything diff reads was fed."""
         return any(r.stats or r.collectives or r.digests or r.failures or r.dump for r in self.logs.ranks.values())
 
+    def add_dump(self, rank: int, dump: Any) -> None:
+        """A Flight Recorder dump read into columns (`read`'s FlightDump)."""
+        mine = self.logs.ranks[rank]
+        mine.flight.add_dump(dump, self.logs.texts)
+        mine.dump = {k: v for k, v in dump.meta.items() if k not in fmt.CORE_FIELDS}
+
     def feed(self, rec: Record) -> None:
         logs = self.logs
         mine = logs.ranks[rec.rank]  # (a merged timeline holds several ranks behind one header)
         first = rec.event.partition("\n")[0]
-        if rec.severity in "EF":
+        if first in fmt.FR_EVENTS:  # (before severities: a dump cut short is a W record)
+            _flight(mine, rec, first, logs.texts)
+        elif rec.severity in "EF":
             mine.failures.append(_failure(rec, first))
         elif rec.severity == "W":
             _signal(mine, rec, first)
@@ -241,8 +235,6 @@ class Loader:
             _collective(mine, rec, first, self._open)
         elif first == fmt.PARAMETERS:
             _parameters(mine, rec)
-        elif first in fmt.FR_EVENTS:
-            _flight(mine, rec, first)
         elif first == fmt.PARAMETER_LAYOUT:
             mine.names = [str(n) for n in _list(rec.fields.get("names"))]
             mine.buckets = [[i for i in b if isinstance(i, int)] for b in _list(rec.fields.get("buckets"))]
@@ -302,26 +294,6 @@ def _collective(mine: RankLogs, rec: Record, event: str, open_collectives: dict[
         c.params[str(f.get("param"))] = str(f.get("checksum"))
 
 
-_SHARED_KEPT = 4096
-_shared_values: dict[Any, Any] = {}
-
-
-def _shared(value: Any) -> Any:
-    """One object for equal sizes, dtypes, sequence ids or timeouts: every rank's dump repeats the same values
-    thousands of times, and diff keeps an entry per collective per rank (lists by their repr: what sizes and
-    dtypes hold, ints and strs, reads the same only when equal)."""
-    kind = type(value)
-    if kind is not list and kind is not int:
-        return value
-    key = repr(value) if kind is list else value
-    kept = _shared_values.get(key)
-    if kept is None:
-        if len(_shared_values) >= _SHARED_KEPT:
-            _shared_values.clear()
-        kept = _shared_values[key] = value
-    return kept
-
-
 def _loss(mine: RankLogs, rec: Record) -> None:
     """A `loss` field (NaN too: a diverged run's) of a record logged within a step."""
     step, loss = rec.fields.get("step"), rec.fields[fmt.LOSS]
@@ -329,32 +301,21 @@ def _loss(mine: RankLogs, rec: Record) -> None:
         mine.losses[step] = float(loss)
 
 
-def _flight(mine: RankLogs, rec: Record, event: str) -> None:
+def _flight(mine: RankLogs, rec: Record, event: str, texts: Texts) -> None:
     f = rec.fields
     if event == fmt.FR_DUMP:
         mine.dump = f
         return
     if event == fmt.FR_STARTED:  # (nothing the checks read)
         return
-    key = (sys.intern(str(f.get("pg"))), _shared(_int(f.get("seq"), -1)), f.get("p2p") is True)
+    pg, seq, p2p = texts.code(str(f.get("pg"))), _int(f.get("seq"), -1), f.get("p2p") is True
     if event == fmt.FR_ENQUEUED:
-        timeout = f.get("timeout_ms")
-        entry = FrEntry(
-            *key[:2],
-            sys.intern(str(f.get("op"))),
-            _shared(f.get("sizes")),
-            _shared(f.get("dtypes")),
-            sys.intern(str(f.get("state"))),
-            rec.ts,
-            sys.intern(f"{rec.file}:{rec.line}"),
-            _shared(timeout) if isinstance(timeout, int) else None,
-            key[2],
-        )
-        mine.flight.append(entry)
-        return
-    entry = next((e for e in reversed(mine.flight) if (e.pg, e.seq, e.p2p) == key), None)  # (its completion)
-    if entry is not None:
-        entry.completed = True
+        op, timeout = str(f.get("op")), f.get("timeout_ms")
+        sig, site = texts.code(signature(op, f.get("sizes"), f.get("dtypes"))), texts.code(f"{rec.file}:{rec.line}")
+        done = f.get("state") == "completed"
+        mine.flight.add(pg, seq, sig, texts.code(op), site, rec.ts, _int(timeout), done, p2p)
+    else:
+        mine.flight.complete(pg, seq, p2p)
 
 
 def _parameters(mine: RankLogs, rec: Record) -> None:

@@ -23,12 +23,15 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import format as fmt
 from ...errors import InputError
+
+if TYPE_CHECKING:
+    from . import _flight
 
 FLIGHT, TORCHRUN_ERROR, WORKER_OUTPUT = "flight recorder dump", "torchrun error.json", "torchrun worker output"
 KINETO, NCCL_DEBUG = "profiler trace", "NCCL debug output"
@@ -40,6 +43,8 @@ MAX_BYTES = 1 << 30  # a file read whole to be converted (a dump of 2,000 entrie
 _DEPTH = 6  # how deep a directory is searched (torchrun: D/<run>/attempt_K/R/stdout.log)
 _MAX_FILES = 100_000
 PACKED = 256  # records packed together: a block of a few KB of glog text at the least
+_FLIGHT_ENTRY_BYTES = 100  # what a dump's entry counts for in a file's progress (about its pickle's bytes)
+_FLIGHT_TEXT_BYTES = 600  # an entry's records' glog text: its creation's, start's and completion's
 _ATTEMPT = re.compile(r"attempt_\d+")
 _WORKER_FILES = ("stdout.log", "stderr.log", "error.json")
 _WORKERLOG = re.compile(r"workerlog\.(\d+)")
@@ -178,12 +183,17 @@ def convert(path: Path, reader: str, rank: int | None) -> tuple[Converted, list[
     """The file's records, kept packed for a `Source` to read a block at a time, and what to warn about
     once. `rank`: the one --rank-of or the layout gives (a trace's own rank, an NCCL file's init line's,
     come first)."""
-    objs, notes = objects(path, reader, rank)
-    return Converted(path, objs), notes
+    got, notes = _read(path, reader, rank)
+    return Converted(path, got), notes
 
 
 def objects(path: Path, reader: str, rank: int | None) -> tuple[list[dict], list[str]]:
     """The file's records as our JSON-lines objects, and what to warn about once (see `convert`)."""
+    got, notes = _read(path, reader, rank)
+    return (got if isinstance(got, list) else got.records(0, len(got))), notes
+
+
+def _read(path: Path, reader: str, rank: int | None) -> tuple[list[dict] | _flight.Dump, list[str]]:
     from . import _flight, _kineto, _lines, _nccl, _torchrun, _unpickle
 
     data, mtime_us = _read_whole(path)
@@ -202,8 +212,8 @@ def objects(path: Path, reader: str, rank: int | None) -> tuple[list[dict], list
             f"{path}: cannot tell which rank wrote it (it and its place say none); pass --rank-of {path}=R"
         )
     if trace is not None:
-        objs = _kineto.records(trace, rank)
-    elif reader == FLIGHT:
+        return _kineto.records(trace, rank), notes
+    if reader == FLIGHT:
         try:
             dump, cut = _flight.load(data)
         except _unpickle.Refused as exc:
@@ -214,70 +224,88 @@ def objects(path: Path, reader: str, rank: int | None) -> tuple[list[dict], list
             notes.append(f"{path}: the Flight Recorder dump is cut short; its whole entries are read")
         if (note := _flight.version_note(dump)) is not None:
             notes.append(note)
-        objs = _flight.records(dump, cut, rank, mtime_us)
-    elif reader == TORCHRUN_ERROR:
-        objs = _torchrun.error_records(data, rank, mtime_us, path.name)
-    else:
-        objs = _lines.records(data, rank, mtime_us, path.name)
-    return objs, notes
+        return _flight.Dump(dump, cut, rank, mtime_us), notes
+    if reader == TORCHRUN_ERROR:
+        return _torchrun.error_records(data, rank, mtime_us, path.name), notes
+    return _lines.records(data, rank, mtime_us, path.name), notes
 
 
 class Converted:
-    """Converted records, packed (marshal, then zlib) a few hundred at a time: a thousand dumps of 2,000
-    entries each stay far below their size as Python objects. Marshal, not JSON: the records are ours,
-    made here, and come back as they were, without a text to write, search and decode again."""
+    """Converted records, read a few hundred at a time. A Flight Recorder dump stays in its columns
+    (`flight`), its records made as they are read; other files' records are packed (marshal, then zlib):
+    a thousand dumps of 2,000 entries each, or their traces, stay far below their size as Python objects.
+    Marshal, not JSON: the records are ours, made here, and come back as they were, without a text to
+    write, search and decode again."""
 
     damage: str | None = None
     cut_lines = 0
 
-    def __init__(self, path: Path, objs: list[dict[str, Any]]) -> None:
+    def __init__(self, path: Path, got: list[dict[str, Any]] | _flight.Dump) -> None:
         self.path = path
-        self._chunks = [
-            (zlib.compress(marshal.dumps(objs[at : at + PACKED]), 1), len(objs[at : at + PACKED]))
-            for at in range(0, len(objs), PACKED)
-        ]
-        self.first = objs[0] if objs else None
-        self.size = sum(len(chunk) for chunk, _ in self._chunks)
+        self.flight = None if isinstance(got, list) else got
+        if self.flight is not None:
+            self._chunks: list[tuple[bytes, int]] = []
+            self.first = got.records(0, 1)[0]
+            self.size = max(1, len(got)) * _FLIGHT_ENTRY_BYTES
+        else:
+            self._chunks = [
+                (zlib.compress(marshal.dumps(got[at : at + PACKED]), 1), len(got[at : at + PACKED]))
+                for at in range(0, len(got), PACKED)
+            ]
+            self.first = got[0] if got else None
+            self.size = sum(len(chunk) for chunk, _ in self._chunks)
         self.rewind()
 
     def rewind(self) -> bool:
         self._next = self.out = 0
         return True
 
-    def next_records(self) -> Packed | None:
-        """The next few hundred records, None after the last."""
+    def next_records(self, size: int) -> Sequence[dict[str, Any]] | None:
+        """The next few hundred records (a dump's: about `size` bytes of their text), None after the last."""
+        if self.flight is not None:
+            return self._next_entries(self.flight, min(PACKED, max(16, size // _FLIGHT_TEXT_BYTES)))
         if self._next == len(self._chunks):
             return None
         chunk, count = self._chunks[self._next]
         self._next += 1
         self.out += len(chunk)
-        return Packed(chunk, count)
+        return Packed(lambda: marshal.loads(zlib.decompress(chunk)), count)
+
+    def _next_entries(self, dump: _flight.Dump, entries: int) -> Packed | None:
+        if self._next and self._next >= len(dump):  # (the chunk that ended with the dump's own record was read)
+            return None
+        at, stop = self._next, self._next + entries
+        self._next, self.out = stop, min(stop, max(1, len(dump))) * _FLIGHT_ENTRY_BYTES
+        count = dump.records_count(at, stop)
+        return Packed(lambda: dump.records(at, stop), count, lambda stamp: dump.texts(at, stop, stamp))
 
     def progress(self) -> int:
         return self.out
 
     def close(self) -> None:
-        self._next = len(self._chunks)
+        """Read no more: let go of the records (a dump's columns too, once `read_flight` handed them on)."""
+        self.flight, self._chunks, self._next = None, [], 0
 
 
 class Packed(Sequence):
-    """Records packed by `Converted`, unpacked when read: a block that only the merge writes (its glog text)
-    never holds them as objects. Iterating unpacks them afresh; indexing unpacks them once and keeps them."""
+    """Records made when read (unpacked, or made from a dump's columns): a block that only the merge writes
+    (its glog text) never holds them as objects. Iterating makes them afresh; indexing makes them once and
+    keeps them."""
 
-    def __init__(self, packed: bytes, count: int) -> None:
-        self._packed, self._count = packed, count
+    def __init__(
+        self, make: Callable[[], list[dict[str, Any]]], count: int, texts: Callable[[str], list[bytes]] | None = None
+    ) -> None:
+        self._make, self._count = make, count
         self._objs: list[dict[str, Any]] | None = None
-
-    def _unpack(self) -> list[dict[str, Any]]:
-        return marshal.loads(zlib.decompress(self._packed))
+        self.texts = texts  # texts(stamp): their glog text, where the reader writes it itself (a dump's: faster)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self._objs if self._objs is not None else self._unpack())
+        return iter(self._objs if self._objs is not None else self._make())
 
     def __len__(self) -> int:
         return self._count
 
     def __getitem__(self, i: Any) -> Any:
         if self._objs is None:
-            self._objs = self._unpack()
+            self._objs = self._make()
         return self._objs[i]

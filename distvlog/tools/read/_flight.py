@@ -15,10 +15,14 @@ A record's file:line is the first Python frame outside torch and distvlog that i
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from ... import format as fmt
@@ -27,6 +31,7 @@ from . import _unpickle
 TESTED_VERSIONS = ("2.10",)  # what torch 2.13 writes; older versions have fewer fields, read by presence
 _KEYS = (b"pg_config", b"pg_status", b"entries", b"comm_lib_version", b"nccl_comm_state")
 _NO_FRAME = ("flight_recorder", 0)
+_SEQ, _ID = 1 << 64, (1 << 64) + 1  # stand-ins for a record's ids in its shape's text (no column holds them)
 _FRAMES_KEPT = 8
 _OWN = re.compile(r"/torch/|" + re.escape(str(Path(__file__).parents[2])))  # torch's frames and ours
 
@@ -113,101 +118,240 @@ def groups(dump: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def records(dump: dict[str, Any], cut: bool, rank: int, dumped_us: int) -> list[dict[str, Any]]:
-    """The dump's entries and the dump itself as our JSON-lines records (format, section 3.1)."""
-    entries = dump.get("entries")
-    entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-    found = groups(dump)
-    world = max((len(g["ranks"]) for g in found.values() if g["ranks"]), default=None)
-    out: list[dict[str, Any]] = []
-    for entry in entries:
-        out.extend(_entry_records(entry, rank, world))
-    last = max((r[fmt.TS] for r in out), default=dumped_us)
-    status = dump.get("pg_status")
-    out.append(
-        {
+class Dump:
+    """A dump read into columns: each entry's times and ids in arrays, and what entries share (group, op,
+    sizes, dtypes, state, thread, the issuing frames: a few shapes for thousands of entries) in a table.
+    A thousand dumps of 2,000 entries take ~50 bytes an entry; records are made from it a few at a time."""
+
+    def __init__(self, dump: dict[str, Any], cut: bool, rank: int, dumped_us: int) -> None:
+        entries = dump.get("entries")
+        entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+        found = groups(dump)
+        self.rank = rank
+        self.world = max((len(g["ranks"]) for g in found.values() if g["ranks"]), default=None)
+        self.shapes: list[Shape] = []
+        self._templates: dict[tuple[int, str], list[bytes] | None] = {}
+        rows = _rows(entries, rank, self.world, self.shapes)
+        self.created, self.started, self.completed, self.seq, self.record_id = (
+            np.array(column, np.int64) for column in rows[:5]
+        )
+        self.duration = np.array(rows[5], np.float64)
+        self.shape = np.array(rows[6], np.int32)
+        last = max(
+            int(self.created.max(initial=0)), int(self.started.max(initial=0)), int(self.completed.max(initial=0))
+        )
+        status = dump.get("pg_status")
+        self.meta: dict[str, Any] = {  # the dump's own record: its last, at the time the file was written
             fmt.TS: max(dumped_us, last),
             fmt.SEVERITY: "W" if cut else "I",
             fmt.RANK: rank,
-            fmt.WORLD_SIZE: world,
+            fmt.WORLD_SIZE: self.world,
             fmt.TID: 0,
             fmt.FILE: _NO_FRAME[0],
             fmt.LINE: 0,
             fmt.EVENT: fmt.FR_DUMP,
             "version": str(dump.get("version", "")),
-            "world": world,  # a field too: the reader keeps no record's world_size
+            "world": self.world,  # a field too: the reader keeps no record's world_size
             "entries": len(entries),
             "cut": cut,
             "groups": found,
             "status": status if isinstance(status, dict) else {},
         }
-    )
-    return out
+
+    NO_ID = -(1 << 63)  # in `seq` and `record_id`: the entry gives none
+
+    def __len__(self) -> int:
+        """How many entries it holds."""
+        return len(self.shape)
+
+    def records_count(self, start: int = 0, stop: int | None = None) -> int:
+        """How many records `records(start, stop)` makes (of it all by default)."""
+        stop = len(self) if stop is None else stop
+        times = (np.count_nonzero(column[start:stop]) for column in (self.started, self.completed))
+        return len(self.shape[start:stop]) + sum(map(int, times)) + (stop >= len(self))
+
+    def records(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """Entries start..stop as our JSON-lines records (format, section 3.1), each followed by its start and
+        completion where known; after the last entry, the dump's own record."""
+        out = [self._record(*each) for each in self._each(start, stop)]
+        if stop >= len(self):
+            out.append(self.meta)
+        return out
+
+    def texts(self, start: int, stop: int, stamp: str) -> list[bytes]:
+        """The glog text of `records(start, stop)`, as `format.json_to_glog` writes it with `stamp` for the
+        time: from each shape's text with the record's ids put in (a record without ids written whole)."""
+        out = []
+        for each in self._each(start, stop):
+            kind, shape, _, seq, rid, took = each
+            parts = self._template(shape, kind, stamp) if seq is not None and rid is not None and took is None else None
+            if parts is None:
+                out.append(fmt.json_to_glog(self._record(*each), self.rank, stamp).encode("utf-8", "backslashreplace"))
+            elif kind == fmt.FR_ENQUEUED:
+                out.append(b"%b%d%b%d%b" % (parts[0], seq, parts[1], rid, parts[2]))
+            else:
+                out.append(b"%b%d%b" % (parts[0], seq, parts[1]))
+        if stop >= len(self):
+            out.append(fmt.json_to_glog(self.meta, self.rank, stamp).encode("utf-8", "backslashreplace"))
+        return out
+
+    def _each(self, start: int, stop: int) -> Iterator[tuple[str, int, int, int | None, int | None, float | None]]:
+        """(event, shape, time, seq, record id, duration) of each record of entries start..stop."""
+        columns = (self.created, self.started, self.completed, self.shape, self.seq, self.record_id, self.duration)
+        for created, started, completed, shape, seq, rid, took in zip(*(c[start:stop].tolist() for c in columns)):
+            seq = None if seq == Dump.NO_ID else seq
+            yield fmt.FR_ENQUEUED, shape, created, seq, None if rid == Dump.NO_ID else rid, None
+            if started:
+                yield fmt.FR_STARTED, shape, started, seq, 0, None
+            if completed:
+                yield fmt.FR_COMPLETED, shape, completed, seq, 0, None if math.isnan(took) else took
+
+    def _record(self, event: str, shape: int, ts: int, seq: int | None, rid: int | None, took: float | None) -> dict[str, Any]:  # fmt: skip
+        s = self.shapes[shape]
+        if event == fmt.FR_ENQUEUED:
+            return {fmt.TS: ts, **s.head, "seq": seq, **s.middle, "record_id": rid, **s.tail}
+        if event == fmt.FR_STARTED:
+            return {fmt.TS: ts, **s.started, "seq": seq}
+        return {fmt.TS: ts, **s.completed, "seq": seq, **({} if took is None else {"duration_ms": took})}
+
+    def _template(self, shape: int, event: str, stamp: str) -> list[bytes] | None:
+        """A shape's record text cut where its ids go; None where the cut is not clean."""
+        key = (shape, event)
+        if key not in self._templates:
+            text = fmt.json_to_glog(self._record(event, shape, 0, _SEQ, _ID, None), self.rank, stamp)
+            head, *rest = text.encode("utf-8", "backslashreplace").split(b"%d" % _SEQ)
+            parts = [head, *rest[0].split(b"%d" % _ID)] if len(rest) == 1 else []
+            wanted = 3 if event == fmt.FR_ENQUEUED else 2
+            self._templates[key] = parts if len(parts) == wanted else None
+        return self._templates[key]
 
 
-def _int(value: Any) -> int | None:
-    if type(value) is int:  # (most values: no more checks)
-        return value
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    return None
+@dataclass(slots=True)
+class Shape:
+    """What entries share: a record's fields but its time and ids, in the record's order (head, seq, middle,
+    record_id, tail), and the start's and completion's fields (then seq)."""
+
+    head: dict[str, Any]
+    middle: dict[str, Any]
+    tail: dict[str, Any]
+    started: dict[str, Any]
+    completed: dict[str, Any]
+    pg: str
+    op: str
+    site: str  # file:line
+    p2p: bool
 
 
-def _entry_records(entry: dict[str, Any], rank: int, world: int | None) -> list[dict[str, Any]]:
-    created = _int(entry.get("time_created_ns"))
-    if created is None or created <= 0:
-        return []
+def _rows(entries: list[dict[str, Any]], rank: int, world: int | None, shapes: list[Shape]) -> tuple[list, ...]:
+    created_, started_, completed_, seqs, ids, durations, shape_ = rows = ([], [], [], [], [], [], [])
+    known: dict[tuple, int] = {}
+    for entry in entries:
+        get = entry.get
+        created = _int(get("time_created_ns"))
+        if created is None or created <= 0:
+            continue
+        p2p = get("is_p2p") is True
+        frames = get("frames")
+        key = (
+            _key(get("process_group")),
+            get("pg_id") if "pg_id" in entry else None,
+            p2p,
+            _key(get("profiling_name")),
+            _key(get("input_sizes")),
+            _key(get("input_dtypes")),
+            _key(get("output_sizes")),
+            _key(get("output_dtypes")),
+            _key(get("state")),
+            _key(get("thread_id")),
+            _key(get("timeout_ms")),
+            _frames_key(frames),
+        )
+        try:
+            shape = known.get(key)
+        except TypeError:  # a field of a type torch never writes (untrusted input): keyed by its text
+            key = repr(key)
+            shape = known.get(key)
+        if shape is None:
+            shape = known[key] = len(shapes)
+            shapes.append(_shape(entry, rank, world, p2p))
+        created_.append(created // 1000)
+        started_.append((_int(get("time_discovered_started_ns")) or 0) // 1000)  # None in pickle, 0 in JSON
+        completed_.append((_int(get("time_discovered_completed_ns")) or 0) // 1000)
+        seq = _int(get("p2p_seq_id" if p2p else "collective_seq_id"))
+        seqs.append(Dump.NO_ID if seq is None else seq)
+        rid = _int(get("record_id"))
+        ids.append(Dump.NO_ID if rid is None else rid)
+        took = get("duration_ms")
+        durations.append(took if type(took) in (int, float) and "duration_ms" in entry else math.nan)
+        shape_.append(shape)
+    return rows
+
+
+def _key(value: Any) -> Any:
+    """A hashable stand-in for a list (sizes, dtypes): its repr, equal only when the lists are."""
+    return repr(value) if type(value) is list else value
+
+
+def _frames_key(frames: Any) -> Any:
+    """What a shape reads of the frames: each one's file, line and function."""
+    if type(frames) is not list:
+        return _key(frames)
+    return tuple((f.get("filename"), f.get("line"), f.get("name")) if type(f) is dict else f for f in frames)
+
+
+def _shape(entry: dict[str, Any], rank: int, world: int | None, p2p: bool) -> Shape:
     group = entry.get("process_group")
     pg, desc = (str(group[0]), str(group[1])) if isinstance(group, (list, tuple)) and len(group) == 2 else ("", "")
     if not pg and "pg_id" in entry:
         pg = str(entry["pg_id"])
-    p2p = entry.get("is_p2p") is True
-    seq = _int(entry.get("p2p_seq_id" if p2p else "collective_seq_id"))
     name = str(entry.get("profiling_name", ""))
     backend, _, op = name.rpartition(":")
+    op = op or name
     frames = [f for f in entry.get("frames") or () if isinstance(f, dict)]
     user = [f for f in frames if not _is_own(str(f.get("filename", "")))]
     file, line = _frame_site(user[0]) if user else _NO_FRAME
-    tid = _int(entry.get("thread_id")) or 0
-    common = {fmt.RANK: rank, fmt.WORLD_SIZE: world, fmt.TID: tid, fmt.FILE: file, fmt.LINE: line}
-    ids = {"op": op or name, "pg": pg, "seq": seq}
-    enqueued = {
-        fmt.TS: created // 1000,
-        fmt.SEVERITY: "I",
-        **common,
-        fmt.EVENT: fmt.FR_ENQUEUED,
-        **ids,
-        "sizes": entry.get("input_sizes"),
-        "dtypes": entry.get("input_dtypes"),
-        "state": str(entry.get("state", "")),
-        "backend": backend,
-        "pg_desc": desc,
-        "record_id": _int(entry.get("record_id")),
-        "timeout_ms": _int(entry.get("timeout_ms")),
-    }
+    common = {fmt.SEVERITY: "I", fmt.RANK: rank, fmt.WORLD_SIZE: world, fmt.TID: _int(entry.get("thread_id")) or 0}
+    common |= {fmt.FILE: file, fmt.LINE: line}
+    ids = {"op": op, "pg": pg}
+    tail: dict[str, Any] = {"timeout_ms": _int(entry.get("timeout_ms"))}
     for key in ("sizes", "dtypes"):  # an output differs from the input in a gather or a scatter only
         if entry.get(f"output_{key}") != entry.get(f"input_{key}"):
-            enqueued[f"out_{key}"] = entry.get(f"output_{key}")
+            tail[f"out_{key}"] = entry.get(f"output_{key}")
     if p2p:
-        enqueued["p2p"] = True
+        tail["p2p"] = True
     if user:
-        enqueued["stack"] = [_frame_text(f) for f in user[:_FRAMES_KEPT]]
-    out = [enqueued]
-    for event, key in (
-        (fmt.FR_STARTED, "time_discovered_started_ns"),
-        (fmt.FR_COMPLETED, "time_discovered_completed_ns"),
-    ):
-        at = _int(entry.get(key))
-        if at:  # None in pickle, 0 in JSON: not known
-            extra = (
-                {"duration_ms": entry["duration_ms"]} if event == fmt.FR_COMPLETED and "duration_ms" in entry else {}
-            )
-            out.append({fmt.TS: at // 1000, fmt.SEVERITY: "I", **common, fmt.EVENT: event, **ids, **extra})
-    return out
+        tail["stack"] = [_frame_text(f) for f in user[:_FRAMES_KEPT]]
+    return Shape(
+        head={**common, fmt.EVENT: fmt.FR_ENQUEUED, **ids},
+        middle={
+            "sizes": entry.get("input_sizes"),
+            "dtypes": entry.get("input_dtypes"),
+            "state": str(entry.get("state", "")),
+            "backend": backend,
+            "pg_desc": desc,
+        },
+        tail=tail,
+        started={**common, fmt.EVENT: fmt.FR_STARTED, **ids},
+        completed={**common, fmt.EVENT: fmt.FR_COMPLETED, **ids},
+        pg=pg,
+        op=op,
+        site=f"{file}:{line}",
+        p2p=p2p,
+    )
+
+
+_INT64 = 1 << 63
+
+
+def _int(value: Any) -> int | None:
+    """An integer field's value (what fits a column: a larger one is as good as none)."""
+    if type(value) is int:  # (most values: no more checks)
+        return value if -_INT64 < value < _INT64 else None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and len(value) < 21 and value.lstrip("-").isdecimal()):
+        return _int(int(value))
+    return None
 
 
 _own_files: dict[str, bool] = {}  # file name -> torch's or ours: a dump names the same few files thousands of times

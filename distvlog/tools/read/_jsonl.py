@@ -19,7 +19,7 @@ from ... import format as fmt
 from ._block import Counts
 from ._scan import MAX_US, MIN_US, OUT_OF_RANGE, UNPLACED
 
-_PLACEHOLDER = "0" * len(fmt.STAMP)  # the timestamp, written afterwards by _bytes.restamp
+PLACEHOLDER = "0" * len(fmt.STAMP)  # the timestamp, written afterwards by _bytes.restamp
 _PADDING = re.compile(rb"\0+")
 _NONE = np.zeros(0, np.uint8)
 
@@ -69,13 +69,18 @@ def parse(data: np.ndarray, n: int, eof: bool, own_rank: int) -> ParsedJson:
 
 
 def from_objects(
-    objs: Sequence[dict[str, Any]], own_rank: int, counts: Counts, carry: np.ndarray = _NONE
+    objs: Sequence[dict[str, Any]],
+    own_rank: int,
+    counts: Counts,
+    carry: np.ndarray = _NONE,
+    made: Sequence[bytes] | None = None,
 ) -> ParsedJson:
     """Decoded records (JSON lines', or other programs' evidence converted) as a block's columns and glog
-    text; objects without an integer `ts` in range are skipped and counted. `objs` is kept as given (a
-    lazy sequence stays lazy) when every object is a record."""
+    text (`made`: each object's text, written with PLACEHOLDER, where the reader has it); objects without an
+    integer `ts` in range are skipped and counted. `objs` is kept as given (a lazy sequence stays lazy) when
+    every object is a record."""
     kept, texts, ts, ranks = [], [], [], []
-    for obj in objs:
+    for i, obj in enumerate(objs):
         if type(obj.get(fmt.TS)) is not int:
             counts.skipped["JSON without an integer ts"] += 1
             continue
@@ -87,7 +92,11 @@ def from_objects(
         kept.append(obj)
         ts.append(obj[fmt.TS])
         ranks.append(rank)
-        texts.append(fmt.json_to_glog(obj, rank, _PLACEHOLDER).encode("utf-8", "backslashreplace"))
+        texts.append(
+            made[i]
+            if made is not None
+            else fmt.json_to_glog(obj, rank, PLACEHOLDER).encode("utf-8", "backslashreplace")
+        )
     objs = objs if len(kept) == len(objs) else kept
     counts.lines += len(objs)
     rank_arr = np.array(ranks, np.int64)

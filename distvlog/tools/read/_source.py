@@ -72,6 +72,18 @@ class Source:
             self._head = self._carry = _EMPTY
             self._stream_done = False
 
+    def read_flight(self) -> Any:
+        """A Flight Recorder dump's columns (`_flight.Dump`) read in place of its records (counted as read:
+        what its entries say, without a record made of each); None for any other file."""
+        dump = getattr(self.stream, "flight", None)
+        if dump is not None and not self._done:
+            n = dump.records_count()
+            self.counts.lines += n
+            self.counts.records[self.rank] += n
+            self._done = True
+            self.stream.close()
+        return dump
+
     # -- opening: what the first chunk says ----------------------------------------------------------------
     def _open(self, rank_of: dict[str, int], clock_correction: bool) -> None:
         first = np.empty(HEAD_BYTES + PAD, np.uint8)
@@ -204,12 +216,13 @@ class Source:
 
     def _evidence_block(self, alloc: Alloc) -> Block | None:
         """The next records converted from another program's file: already objects, nothing to parse."""
-        records = self.stream.next_records()
+        records = self.stream.next_records(self.chunk or CHUNK)
         if records is None:
             self._done = True
             self.stream.close()
             return None
-        parsed = _jsonl.from_objects(records, self.rank, Counts())
+        made = records.texts(_jsonl.PLACEHOLDER) if getattr(records, "texts", None) else None
+        parsed = _jsonl.from_objects(records, self.rank, Counts(), made=made)
         return self._block(parsed, np.frombuffer(parsed.text, np.uint8), parsed.objs, None, alloc)
 
     def _parse(self, slot: Slot, n: int, alloc: Alloc) -> Block:
