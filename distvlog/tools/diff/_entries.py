@@ -68,13 +68,12 @@ class Flight:
         }
         shape = dump.shape
         p2p = np.array([s.p2p for s in shapes], bool)[shape] if shapes else np.zeros(0, bool)
-        done = np.array(per_shape.pop("done"), bool)[shape] | (dump.completed > 0) if shapes else np.zeros(0, bool)
+        done = np.array(per_shape.pop("done"), bool)[shape] | dump.completions() if shapes else np.zeros(0, bool)
         self.entries += len(shape)
         self.knows_done |= bool(done.any())
         kept = ~p2p
         part = {name: np.array(values, _COLUMNS[name])[shape[kept]] for name, values in per_shape.items()}
-        seq = dump.seq[kept]
-        part |= {"seq": np.where(seq == dump.NO_ID, _NO_SEQ, seq), "created": dump.created[kept], "done": done[kept]}
+        part |= {"seq": dump.seqs(_NO_SEQ)[kept], "created": dump.created[kept], "done": done[kept]}
         self._parts.append(part)
         self._columns = None
 

@@ -14,6 +14,7 @@ A record's file:line is the first Python frame outside torch and distvlog that i
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -121,7 +122,8 @@ def groups(dump: dict[str, Any]) -> dict[str, dict[str, Any]]:
 class Dump:
     """A dump read into columns: each entry's times and ids in arrays, and what entries share (group, op,
     sizes, dtypes, state, thread, the issuing frames: a few shapes for thousands of entries) in a table.
-    A thousand dumps of 2,000 entries take ~50 bytes an entry; records are made from it a few at a time."""
+    An entry takes ~26 bytes (its start and completion kept as µs after its creation); records are
+    made from it a few at a time."""
 
     def __init__(self, dump: dict[str, Any], cut: bool, rank: int, dumped_us: int) -> None:
         entries = dump.get("entries")
@@ -131,14 +133,18 @@ class Dump:
         self.world = max((len(g["ranks"]) for g in found.values() if g["ranks"]), default=None)
         self.shapes: list[Shape] = []
         self._templates: dict[tuple[int, str], list[bytes] | None] = {}
-        rows = _rows(entries, rank, self.world, self.shapes)
-        self.created, self.started, self.completed, self.seq, self.record_id = (
-            np.array(column, np.int64) for column in rows[:5]
-        )
-        self.duration = np.array(rows[5], np.float64)
-        self.shape = np.array(rows[6], np.int32)
+        created, started, completed, seq, record_id, duration, shape = _rows(entries, rank, self.world, self.shapes)
+        self.created = np.array(created, np.int64)
+        self.started, self.completed = _column(started), _column(completed)  # µs after creation
+        self.seq, self.record_id = _column(seq), _column(record_id)
+        self.duration = None if all(d is None for d in duration) else np.array(duration, np.float64)  # NaN: none
+        self.shape = np.array(shape, np.int16 if len(self.shapes) <= 1 << 15 else np.int32)
         last = max(
-            int(self.created.max(initial=0)), int(self.started.max(initial=0)), int(self.completed.max(initial=0))
+            [int(self.created.max(initial=0))]
+            + [
+                int((self.created + after)[after != _absent(after)].max(initial=0))
+                for after in (self.started, self.completed)
+            ]
         )
         status = dump.get("pg_status")
         self.meta: dict[str, Any] = {  # the dump's own record: its last, at the time the file was written
@@ -158,8 +164,6 @@ class Dump:
             "status": status if isinstance(status, dict) else {},
         }
 
-    NO_ID = -(1 << 63)  # in `seq` and `record_id`: the entry gives none
-
     def __len__(self) -> int:
         """How many entries it holds."""
         return len(self.shape)
@@ -167,8 +171,16 @@ class Dump:
     def records_count(self, start: int = 0, stop: int | None = None) -> int:
         """How many records `records(start, stop)` makes (of it all by default)."""
         stop = len(self) if stop is None else stop
-        times = (np.count_nonzero(column[start:stop]) for column in (self.started, self.completed))
+        times = (np.count_nonzero(c[start:stop] != _absent(c)) for c in (self.started, self.completed))
         return len(self.shape[start:stop]) + sum(map(int, times)) + (stop >= len(self))
+
+    def seqs(self, absent: int) -> np.ndarray:
+        """Every entry's sequence id (int64), `absent` where it gives none."""
+        return np.where(self.seq == _absent(self.seq), absent, self.seq).astype(np.int64)
+
+    def completions(self) -> np.ndarray:
+        """Whether each entry's completion is known (NCCL with timing on)."""
+        return self.completed != _absent(self.completed)
 
     def records(self, start: int, stop: int) -> list[dict[str, Any]]:
         """Entries start..stop as our JSON-lines records (format, section 3.1), each followed by its start and
@@ -197,14 +209,16 @@ class Dump:
 
     def _each(self, start: int, stop: int) -> Iterator[tuple[str, int, int, int | None, int | None, float | None]]:
         """(event, shape, time, seq, record id, duration) of each record of entries start..stop."""
-        columns = (self.created, self.started, self.completed, self.shape, self.seq, self.record_id, self.duration)
-        for created, started, completed, shape, seq, rid, took in zip(*(c[start:stop].tolist() for c in columns)):
-            seq = None if seq == Dump.NO_ID else seq
-            yield fmt.FR_ENQUEUED, shape, created, seq, None if rid == Dump.NO_ID else rid, None
-            if started:
-                yield fmt.FR_STARTED, shape, started, seq, 0, None
-            if completed:
-                yield fmt.FR_COMPLETED, shape, completed, seq, 0, None if math.isnan(took) else took
+        durations = self.duration[start:stop].tolist() if self.duration is not None else itertools.repeat(math.nan)
+        columns = (self.started, self.completed, self.seq, self.record_id)
+        created, shapes = self.created[start:stop].tolist(), self.shape[start:stop].tolist()
+        values = (_values(c[start:stop]) for c in columns)
+        for at, after_start, after_end, seq, rid, took, shape in zip(created, *values, durations, shapes):
+            yield fmt.FR_ENQUEUED, shape, at, seq, rid, None
+            if after_start is not None:
+                yield fmt.FR_STARTED, shape, at + after_start, seq, 0, None
+            if after_end is not None:
+                yield fmt.FR_COMPLETED, shape, at + after_end, seq, 0, None if math.isnan(took) else took
 
     def _record(self, event: str, shape: int, ts: int, seq: int | None, rid: int | None, took: float | None) -> dict[str, Any]:  # fmt: skip
         s = self.shapes[shape]
@@ -274,17 +288,34 @@ def _rows(entries: list[dict[str, Any]], rank: int, world: int | None, shapes: l
         if shape is None:
             shape = known[key] = len(shapes)
             shapes.append(_shape(entry, rank, world, p2p))
-        created_.append(created // 1000)
-        started_.append((_int(get("time_discovered_started_ns")) or 0) // 1000)  # None in pickle, 0 in JSON
-        completed_.append((_int(get("time_discovered_completed_ns")) or 0) // 1000)
-        seq = _int(get("p2p_seq_id" if p2p else "collective_seq_id"))
-        seqs.append(Dump.NO_ID if seq is None else seq)
-        rid = _int(get("record_id"))
-        ids.append(Dump.NO_ID if rid is None else rid)
+        created //= 1000
+        created_.append(created)
+        for times, key in ((started_, "time_discovered_started_ns"), (completed_, "time_discovered_completed_ns")):
+            at = _int(get(key))  # None in pickle, 0 in JSON: not known
+            times.append(at // 1000 - created if at else None)
+        seqs.append(_int(get("p2p_seq_id" if p2p else "collective_seq_id")))
+        ids.append(_int(get("record_id")))
         took = get("duration_ms")
-        durations.append(took if type(took) in (int, float) and "duration_ms" in entry else math.nan)
+        durations.append(took if type(took) in (int, float) else None)
         shape_.append(shape)
     return rows
+
+
+def _column(values: list[int | None]) -> np.ndarray:
+    """Integers in int32 where they fit, else int64; None as the type's least value (`_absent`)."""
+    given = [v for v in values if v is not None]
+    kind = np.int32 if not given or (_I32.min < min(given) and max(given) <= _I32.max) else np.int64
+    absent = np.iinfo(kind).min
+    return np.array([absent if v is None else v for v in values], kind)
+
+
+def _absent(column: np.ndarray) -> int:
+    return int(np.iinfo(column.dtype).min)
+
+
+def _values(column: np.ndarray) -> list[int | None]:
+    absent = _absent(column)
+    return [None if v == absent else v for v in column.tolist()]
 
 
 def _key(value: Any) -> Any:
@@ -341,6 +372,7 @@ def _shape(entry: dict[str, Any], rank: int, world: int | None, p2p: bool) -> Sh
 
 
 _INT64 = 1 << 63
+_I32 = np.iinfo(np.int32)
 
 
 def _int(value: Any) -> int | None:
