@@ -165,7 +165,9 @@ def test_completions_place_each_rank_at_its_first_open_collective(job, tmp_path,
 
 def test_dumps_and_their_merged_records_give_one_verdict(job, tmp_path, cli):
     """diff reads a dump's entries as they are, and the same entries as records (merge's JSON lines of the
-    dumps): one verdict both ways, also where a rank's dump was cut short (its dump still counts as one)."""
+    dumps): one verdict both ways, also where a rank's dump was cut short. That rank's dump still counts as
+    one; where it stopped is not known, so it is not among the ranks said to wait, nor blamed for what its
+    dump lost."""
     dumps = tmp_path / "skip"
     shutil.copytree(job / "fr" / "skip", dumps)
     data = (dumps / "nccl_trace_rank_0").read_bytes()
@@ -178,7 +180,32 @@ def test_dumps_and_their_merged_records_give_one_verdict(job, tmp_path, cli):
         code, out, _ = cli("diff", path)
         assert code == 1 and "no Flight Recorder dump" not in out, out
         verdicts.append(out.splitlines()[1])
-    assert verdicts[0] == verdicts[1] and verdicts[0].startswith(VERDICTS["skip"])
+    assert verdicts[0] == verdicts[1] == VERDICTS["skip"].replace("ranks 0,1,3 issued", "ranks 1,3 issued")
+    code, out, _ = cli("diff", job / "fr" / "skip")  # (whole, rank 0 waits with the others)
+    assert out.splitlines()[1] == VERDICTS["skip"]
+
+
+def test_every_group_gets_its_verdict(job, tmp_path, cli):
+    """A mismatch, and a late rank, in each of two process groups: both named, the first group's first."""
+    for rank in range(4):
+        dump = json.loads((job / "fr" / "healthy-json" / f"nccl_trace_rank_{rank}").read_bytes())
+        second = [dict(e, pg_id=1, process_group=["1", "other"]) for e in dump["entries"]]
+        for entry in second:
+            entry["time_created_ns"] += 100 * 10**9 if (rank, entry["collective_seq_id"]) == (2, 1) else 0
+        if rank == 3:
+            dump["entries"][1]["input_sizes"] = [[9]]
+        if rank == 1:
+            second[2]["input_sizes"] = [[7]]
+        dump["entries"] += second
+        dump["pg_config"]["1"] = {"name": "1", "desc": "other", "ranks": "[0, 1, 2, 3]"}
+        (tmp_path / f"trace_{rank}").write_text(json.dumps(dump))
+    code, out, _ = cli("diff", "--json", tmp_path)
+    errors = [(e["kind"], e.get("ranks") or [e.get("rank")], e["pg"]) for e in json.loads(out)["errors"]]
+    assert code == 1 and errors == [
+        ("fr_mismatch", [3], "0"),
+        ("fr_mismatch", [1], "1"),
+        ("fr_late", [2], "1"),
+    ], out
 
 
 def test_values_no_column_holds_are_read_as_absent(tmp_path, cli):
@@ -192,6 +219,8 @@ def test_values_no_column_holds_are_read_as_absent(tmp_path, cli):
                 "state": "scheduled", "timeout_ms": 5000, **odd}  # fmt: skip
 
     odd = [
+        {"input_sizes": "DEEP"},  # (nested 1,000 deep: skipped, with a warning)
+        {"timeout_ms": 60000.0},
         {"record_id": 10**30},
         {"collective_seq_id": "²"},
         {"time_created_ns": "9" * 5000},
@@ -200,15 +229,20 @@ def test_values_no_column_holds_are_read_as_absent(tmp_path, cli):
     ]
     for rank in range(2):
         entries = [entry(seq) for seq in range(1, 4)] + [entry(4 + i, **o) for i, o in enumerate(odd) if rank == 1]
+        if rank == 0:  # (orjson reads no integer past 64 bits: the file is read by json, whole)
+            entries[2] |= {"duration_ms": 10**400, "time_discovered_completed_ns": entries[2]["time_created_ns"] + 5}
         dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}}
-        (tmp_path / f"trace_{rank}").write_text(json.dumps({**dump, "entries": entries}))
+        text = json.dumps({**dump, "entries": entries})
+        (tmp_path / f"trace_{rank}").write_text(text.replace('"DEEP"', "[" * 1000 + "]" * 1000))
     code, merged, err = cli("merge", "--format", "jsonl", tmp_path)
-    assert code == 0 and "Traceback" not in err, err
+    assert code == 0 and "Traceback" not in err and "1 Flight Recorder entries nested too deep" in err, err
+    assert "cut short" not in err
     enqueued = [json.loads(line) for line in merged.splitlines() if '"fr enqueued"' in line]
-    assert len(enqueued) == 3 + 3 + len(odd) - 1  # (the one without a creation time is not placed)
+    assert len(enqueued) == 3 + 3 + len(odd) - 2  # (not placed: the one without a creation time, the deep one)
     assert any(r["record_id"] is None for r in enqueued) and any(r["seq"] is None for r in enqueued)
+    assert [r["timeout_ms"] for r in enqueued if r["seq"] == 5] == [None]  # (60000.0: not an integer)
     code, out, err = cli("diff", tmp_path)
     assert code == 1 and "Traceback" not in err, out + err
-    assert out.splitlines()[1] == (  # (#6 had no creation time; of two, neither side is the minority)
-        "rank 0 is 5 collectives short in group 0: never issued all_reduce #8, which rank 1 issued and wait in"
+    assert out.splitlines()[1] == (  # (#8 had no creation time; of two, neither side is the minority)
+        "rank 0 is 7 collectives short in group 0: never issued all_reduce #10, which rank 1 issued and wait in"
     )

@@ -46,7 +46,8 @@ class Flight:
 
     def __init__(self) -> None:
         self.entries = 0  # point-to-point ones too
-        self.knows_done = False  # its dump says which completed (NCCL with timing on; gloo's never does)
+        self.knows_done = False  # its dump says which collectives completed (NCCL with timing on; gloo: never)
+        self.any_done = False  # ... or which entries, point-to-point ones too
         self._parts: list[dict[str, np.ndarray]] = []
         self._rows: list[list] = []  # entries fed one at a time: [*columns, p2p]
         self._columns: dict[str, np.ndarray] | None = None
@@ -70,8 +71,9 @@ class Flight:
         p2p = np.array([s.p2p for s in shapes], bool)[shape] if shapes else np.zeros(0, bool)
         done = np.array(per_shape.pop("done"), bool)[shape] | dump.completions() if shapes else np.zeros(0, bool)
         self.entries += len(shape)
-        self.knows_done |= bool(done.any())
         kept = ~p2p
+        self.knows_done |= bool(done[kept].any())
+        self.any_done |= bool(done.any())
         part = {name: np.array(values, _COLUMNS[name])[shape[kept]] for name, values in per_shape.items()}
         part |= {"seq": dump.seqs(_NO_SEQ)[kept], "created": dump.created[kept], "done": done[kept]}
         self._parts.append(part)
@@ -81,7 +83,8 @@ class Flight:
         """One entry, from its record."""
         self._rows.append([pg, _NO_SEQ if seq is None else seq, sig, op, site, created, timeout_ms or 0, done, p2p])
         self.entries += 1
-        self.knows_done |= done
+        self.knows_done |= done and not p2p
+        self.any_done |= done
         self._columns = None
 
     def complete(self, pg: int, seq: int | None, p2p: bool) -> None:
@@ -89,7 +92,8 @@ class Flight:
         seq = _NO_SEQ if seq is None else seq
         for row in reversed(self._rows):
             if row[0] == pg and row[1] == seq and row[-1] == p2p:
-                row[7] = self.knows_done = True
+                row[7] = self.any_done = True
+                self.knows_done |= not p2p
                 self._columns = None
                 return
 

@@ -152,9 +152,10 @@ class FrNoDump(FlightFinding):
         it = "it" if len(self.ranks) == 1 else "them"
         if self.certain:
             return f"{ranks_text(self.ranks)} left no Flight Recorder dump; {ranks_text(self.waiting)} wait for {it} at {self.at} ({self.site})"
+        they = "it" if len(self.ranks) == 1 else "they"
         return (
             f"{ranks_text(self.ranks)} left no Flight Recorder dump; {ranks_text(self.waiting)} stopped at {self.at} "
-            f"({self.site}), which {it} may not have reached (their dumps do not say what completed)"
+            f"({self.site}), which {they} may not have reached (their dumps do not say what completed)"
         )
 
 
@@ -177,8 +178,9 @@ def findings(logs: Logs) -> tuple[list[FlightFinding], list[FlightFinding]]:
     flights = {r: m.flight for r, m in dumps.items()}
     texts = logs.texts.texts
     members = _members(dumps, world, logs.texts)
-    blocked = {r: at for r, f in flights.items() if (at := _blocked(f, texts)) is not None}
-    waits = _waits_for(flights, blocked, members)
+    cut = {r for r, m in dumps.items() if m.dump.get("cut") is True}  # (where such a rank is, its dump lost)
+    blocked = {r: at for r, f in flights.items() if r not in cut and (at := _blocked(f, texts)) is not None}
+    waits = _waits_for(flights, blocked, members, cut)
     no_dumps = _no_dumps(flights, world, blocked, waits, texts)
     errors: list[FlightFinding] = [*_mismatches(flights, members, texts), *(f for f in no_dumps if f.certain)]
     errors += _waits(flights, blocked, waits, texts)
@@ -214,12 +216,19 @@ def _blocked(flight: Flight, texts: list[str]) -> _At | None:
     return _At(int(pg), int(seq), texts[op], texts[site])
 
 
-def _waits_for(flights: dict[int, Flight], blocked: dict[int, _At], members) -> dict[int, list[int]]:
-    """Each blocked rank's group members that never issued the collective it is at (those without a dump too)."""
+def _waits_for(flights: dict[int, Flight], blocked: dict[int, _At], members, cut: set[int]) -> dict[int, list[int]]:
+    """Each blocked rank's group members that never issued the collective it is at (those without a dump too;
+    not those whose dump was cut short before it: what they issued after the cut is not known)."""
+
+    def never(s: int, pg: int, seq: int) -> bool:
+        if s not in flights:
+            return True
+        return flights[s].row(pg, seq) is None and not (s in cut and seq > flights[s].last_seq(pg))
+
     absent: dict[tuple[int, int], list[int]] = {}
     for b in blocked.values():
         if (b.pg, b.seq) not in absent:
-            absent[b.pg, b.seq] = [s for s in members(b.pg) if s not in flights or flights[s].row(b.pg, b.seq) is None]
+            absent[b.pg, b.seq] = [s for s in members(b.pg) if never(s, b.pg, b.seq)]
     return {r: [s for s in absent[b.pg, b.seq] if s != r] for r, b in blocked.items()}
 
 
@@ -287,7 +296,6 @@ def _mismatches(flights: dict[int, Flight], members, texts: list[str]) -> list[F
                 texts[others_site[b]],
             )
         )
-        break
     return out
 
 
@@ -297,7 +305,7 @@ def _no_dumps(flights: dict[int, Flight], world: int, blocked: dict, waits: dict
     if not waiting:
         return []
     b = blocked[waiting[0]]
-    certain = flights[waiting[0]].knows_done
+    certain = flights[waiting[0]].any_done
     return [FrNoDump(None, missing, world, waiting, _at(b.op, b.seq, texts[b.pg]), b.site, certain)]
 
 
@@ -374,5 +382,4 @@ def _late(flights: dict[int, Flight], members, texts: list[str]) -> list[FlightF
         on_time = sorted(x for x in have if x not in late_ranks)
         late_s = (int(created[i, col]) - int(first[col])) / 1e6
         out.append(FrLate(None, r, on_time, texts[pg], seq, op, late_s, float(timeout[col]) / 1000, site))
-        break
     return out

@@ -224,7 +224,10 @@ def _read(path: Path, reader: str, rank: int | None) -> tuple[list[dict] | _flig
             notes.append(f"{path}: the Flight Recorder dump is cut short; its whole entries are read")
         if (note := _flight.version_note(dump)) is not None:
             notes.append(note)
-        return _flight.Dump(dump, cut, rank, mtime_us), notes
+        columns = _flight.Dump(dump, cut, rank, mtime_us)
+        if columns.skipped:
+            notes.append(f"{path}: {columns.skipped} Flight Recorder entries nested too deep to read, skipped")
+        return columns, notes
     if reader == TORCHRUN_ERROR:
         return _torchrun.error_records(data, rank, mtime_us, path.name), notes
     return _lines.records(data, rank, mtime_us, path.name), notes

@@ -66,7 +66,10 @@ def load(data: bytes) -> tuple[dict[str, Any], bool]:
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
-            obj, cut = _json_cut(data), True
+            try:
+                obj = json.loads(data)  # (what orjson refuses and JSON allows: an integer past 64 bits)
+            except (ValueError, RecursionError):
+                obj, cut = _json_cut(data), True
     if not isinstance(obj, dict) or not ({"entries", "pg_config", "version"} & obj.keys()):
         raise NotADump("not a Flight Recorder dump (no entries, pg_config or version)")
     return obj, cut
@@ -86,7 +89,7 @@ def _json_cut(data: bytes) -> dict[str, Any] | None:
         at = len(text) - len(text[at:].lstrip(" \n\r\t,"))
         try:
             entry, at = decoder.raw_decode(text, at)
-        except ValueError:
+        except (ValueError, RecursionError):
             break
         entries.append(entry)
     return {"entries": entries}
@@ -133,7 +136,9 @@ class Dump:
         self.world = max((len(g["ranks"]) for g in found.values() if g["ranks"]), default=None)
         self.shapes: list[Shape] = []
         self._templates: dict[tuple[int, str], list[bytes] | None] = {}
-        created, started, completed, seq, record_id, duration, shape = _rows(entries, rank, self.world, self.shapes)
+        created, started, completed, seq, record_id, duration, shape, self.skipped = _rows(
+            entries, rank, self.world, self.shapes
+        )
         self.created = np.array(created, np.int64)
         self.started, self.completed = _column(started), _column(completed)  # µs after creation
         self.seq, self.record_id = _column(seq), _column(record_id)
@@ -257,37 +262,30 @@ class Shape:
 
 
 def _rows(entries: list[dict[str, Any]], rank: int, world: int | None, shapes: list[Shape]) -> tuple[list, ...]:
+    """The columns' values, entry by entry, and the shapes they refer to; the number of entries skipped
+    (nested past Python's recursion limit: untrusted input) last."""
     created_, started_, completed_, seqs, ids, durations, shape_ = rows = ([], [], [], [], [], [], [])
     known: dict[tuple, int] = {}
+    skipped = 0
     for entry in entries:
         get = entry.get
         created = _int(get("time_created_ns"))
         if created is None or created <= 0:
             continue
         p2p = get("is_p2p") is True
-        frames = get("frames")
-        key = (
-            _key(get("process_group")),
-            get("pg_id") if "pg_id" in entry else None,
-            p2p,
-            _key(get("profiling_name")),
-            _key(get("input_sizes")),
-            _key(get("input_dtypes")),
-            _key(get("output_sizes")),
-            _key(get("output_dtypes")),
-            _key(get("state")),
-            _key(get("thread_id")),
-            _key(get("timeout_ms")),
-            _frames_key(frames),
-        )
         try:
-            shape = known.get(key)
-        except TypeError:  # a field of a type torch never writes (untrusted input): keyed by its text
-            key = repr(key)
-            shape = known.get(key)
-        if shape is None:
-            shape = known[key] = len(shapes)
-            shapes.append(_shape(entry, rank, world, p2p))
+            key = _shape_key(entry, p2p)
+            try:
+                shape = known.get(key)
+            except TypeError:  # (a frame's value that cannot be a key: a list where a file name goes)
+                key = repr(key)
+                shape = known.get(key)
+            if shape is None:
+                shape = known[key] = len(shapes)
+                shapes.append(_shape(entry, rank, world, p2p))
+        except RecursionError:
+            skipped += 1
+            continue
         created //= 1000
         created_.append(created)
         for times, key in ((started_, "time_discovered_started_ns"), (completed_, "time_discovered_completed_ns")):
@@ -296,9 +294,51 @@ def _rows(entries: list[dict[str, Any]], rank: int, world: int | None, shapes: l
         seqs.append(_int(get("p2p_seq_id" if p2p else "collective_seq_id")))
         ids.append(_int(get("record_id")))
         took = get("duration_ms")
-        durations.append(took if type(took) in (int, float) else None)
+        durations.append(
+            took if type(took) is float else float(took) if type(took) is int and _int(took) is not None else None
+        )
         shape_.append(shape)
-    return rows
+    return (*rows, skipped)
+
+
+def _shape_key(entry: dict[str, Any], p2p: bool) -> tuple:
+    """What a shape reads of an entry, as it reads it, so that entries of one key have one shape (`1`, `1.0`
+    and `True` are one key but read otherwise: numbers are normalised or keyed by their text). A frame's
+    values are keyed as they are: torch writes its line as an int and the rest as str."""
+    get = entry.get
+    sizes, dtypes = get("input_sizes"), get("input_dtypes")
+    out_sizes, out_dtypes = get("output_sizes"), get("output_dtypes")
+    thread = get("thread_id")
+    frames = get("frames")
+    return (
+        _group(entry),
+        p2p,
+        str(get("profiling_name", "")),
+        repr(sizes),
+        repr(dtypes),
+        None if out_sizes == sizes else repr(out_sizes),  # (an output equal to the input is not shown)
+        None if out_dtypes == dtypes else repr(out_dtypes),
+        str(get("state", "")),
+        thread if type(thread) is str else _int(thread) or 0,
+        _int(get("timeout_ms")),
+        tuple((f.get("filename"), f.get("line"), f.get("name")) for f in frames if type(f) is dict)
+        if type(frames) is list
+        else (),
+    )
+
+
+def _group(entry: dict[str, Any]) -> tuple[str, str]:
+    """(process group, its description)."""
+    group = entry.get("process_group")
+    pg, desc = (str(group[0]), str(group[1])) if isinstance(group, (list, tuple)) and len(group) == 2 else ("", "")
+    if not pg and "pg_id" in entry:
+        pg = str(entry["pg_id"])
+    return pg, desc
+
+
+def _frames(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    frames = entry.get("frames")
+    return [f for f in frames if type(f) is dict] if type(frames) is list else []
 
 
 def _column(values: list[int | None]) -> np.ndarray:
@@ -318,28 +358,12 @@ def _values(column: np.ndarray) -> list[int | None]:
     return [None if v == absent else v for v in column.tolist()]
 
 
-def _key(value: Any) -> Any:
-    """A hashable stand-in for a list (sizes, dtypes): its repr, equal only when the lists are."""
-    return repr(value) if type(value) is list else value
-
-
-def _frames_key(frames: Any) -> Any:
-    """What a shape reads of the frames: each one's file, line and function."""
-    if type(frames) is not list:
-        return _key(frames)
-    return tuple((f.get("filename"), f.get("line"), f.get("name")) if type(f) is dict else f for f in frames)
-
-
 def _shape(entry: dict[str, Any], rank: int, world: int | None, p2p: bool) -> Shape:
-    group = entry.get("process_group")
-    pg, desc = (str(group[0]), str(group[1])) if isinstance(group, (list, tuple)) and len(group) == 2 else ("", "")
-    if not pg and "pg_id" in entry:
-        pg = str(entry["pg_id"])
+    pg, desc = _group(entry)
     name = str(entry.get("profiling_name", ""))
     backend, _, op = name.rpartition(":")
     op = op or name
-    frames = [f for f in entry.get("frames") or () if isinstance(f, dict)]
-    user = [f for f in frames if not _is_own(str(f.get("filename", "")))]
+    user = [f for f in _frames(entry) if not _is_own(str(f.get("filename", "")))]
     file, line = _frame_site(user[0]) if user else _NO_FRAME
     common = {fmt.SEVERITY: "I", fmt.RANK: rank, fmt.WORLD_SIZE: world, fmt.TID: _int(entry.get("thread_id")) or 0}
     common |= {fmt.FILE: file, fmt.LINE: line}
