@@ -75,7 +75,7 @@ class Flight:
         self.knows_done |= bool(done[kept].any())
         self.any_done |= bool(done.any())
         part = {name: np.array(values, _COLUMNS[name])[shape[kept]] for name, values in per_shape.items()}
-        part |= {"seq": dump.seqs(_NO_SEQ)[kept], "created": dump.created[kept], "done": done[kept]}
+        part |= {"seq": dump.seqs(_NO_SEQ)[kept], "created": dump.created()[kept], "done": done[kept]}
         self._parts.append(part)
         self._columns = None
 

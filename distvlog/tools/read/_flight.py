@@ -117,15 +117,31 @@ def groups(dump: dict[str, Any]) -> dict[str, dict[str, Any]]:
     config = dump.get("pg_config")
     for key, value in config.items() if isinstance(config, dict) else ():
         if isinstance(value, dict):
-            ranks = [int(r) for r in re.findall(r"\d+", str(value.get("ranks", "")))]
+            ranks = _ranks(str(value.get("ranks", "")))
             out[str(value.get("name", key))] = {"desc": str(value.get("desc", "")), "ranks": ranks}
     return out
+
+
+_RANK = re.compile(r"[0-9]{1,18}")
+_RANKS_KEPT = 256
+_ranks_lists: dict[str, list[int]] = {}
+
+
+def _ranks(text: str) -> list[int]:
+    """A group's ranks from their text, one list for equal texts: a thousand dumps name the same groups of a
+    thousand ranks (~40 KB each as a list of ints)."""
+    ranks = _ranks_lists.get(text)
+    if ranks is None:
+        if len(_ranks_lists) >= _RANKS_KEPT:
+            _ranks_lists.clear()
+        ranks = _ranks_lists[text] = [int(r) for r in _RANK.findall(text)]
+    return ranks
 
 
 class Dump:
     """A dump read into columns: each entry's times and ids in arrays, and what entries share (group, op,
     sizes, dtypes, state, thread, the issuing frames: a few shapes for thousands of entries) in a table.
-    An entry takes ~26 bytes (its start and completion kept as µs after its creation); records are
+    An entry takes ~22 bytes (its times kept as µs after the dump's first creation or its own); records are
     made from it a few at a time."""
 
     def __init__(self, dump: dict[str, Any], cut: bool, rank: int, dumped_us: int) -> None:
@@ -139,15 +155,16 @@ class Dump:
         created, started, completed, seq, record_id, duration, shape, self.skipped = _rows(
             entries, rank, self.world, self.shapes
         )
-        self.created = np.array(created, np.int64)
+        self.base = min(created, default=0)  # µs: entries' creation times are kept after it
+        self._created = _column([c - self.base for c in created])
         self.started, self.completed = _column(started), _column(completed)  # µs after creation
         self.seq, self.record_id = _column(seq), _column(record_id)
         self.duration = None if all(d is None for d in duration) else np.array(duration, np.float64)  # NaN: none
         self.shape = np.array(shape, np.int16 if len(self.shapes) <= 1 << 15 else np.int32)
         last = max(
-            [int(self.created.max(initial=0))]
+            [int(self.created().max(initial=0))]
             + [
-                int((self.created + after)[after != _absent(after)].max(initial=0))
+                int((self.created() + after)[after != _absent(after)].max(initial=0))
                 for after in (self.started, self.completed)
             ]
         )
@@ -178,6 +195,10 @@ class Dump:
         stop = len(self) if stop is None else stop
         times = (np.count_nonzero(c[start:stop] != _absent(c)) for c in (self.started, self.completed))
         return len(self.shape[start:stop]) + sum(map(int, times)) + (stop >= len(self))
+
+    def created(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Entries' creation times (epoch µs, int64)."""
+        return self.base + self._created[start:stop].astype(np.int64)
 
     def seqs(self, absent: int) -> np.ndarray:
         """Every entry's sequence id (int64), `absent` where it gives none."""
@@ -216,7 +237,7 @@ class Dump:
         """(event, shape, time, seq, record id, duration) of each record of entries start..stop."""
         durations = self.duration[start:stop].tolist() if self.duration is not None else itertools.repeat(math.nan)
         columns = (self.started, self.completed, self.seq, self.record_id)
-        created, shapes = self.created[start:stop].tolist(), self.shape[start:stop].tolist()
+        created, shapes = self.created(start, stop).tolist(), self.shape[start:stop].tolist()
         values = (_values(c[start:stop]) for c in columns)
         for at, after_start, after_end, seq, rid, took, shape in zip(created, *values, durations, shapes):
             yield fmt.FR_ENQUEUED, shape, at, seq, rid, None
