@@ -165,9 +165,7 @@ def test_completions_place_each_rank_at_its_first_open_collective(job, tmp_path,
 
 def test_dumps_and_their_merged_records_give_one_verdict(job, tmp_path, cli):
     """diff reads a dump's entries as they are, and the same entries as records (merge's JSON lines of the
-    dumps): one verdict both ways, also where a rank's dump was cut short. That rank's dump still counts as
-    one; where it stopped is not known, so it is not among the ranks said to wait, nor blamed for what its
-    dump lost."""
+    dumps): one verdict both ways, also where a rank's dump was cut short (it still counts as a dump)."""
     dumps = tmp_path / "skip"
     shutil.copytree(job / "fr" / "skip", dumps)
     data = (dumps / "nccl_trace_rank_0").read_bytes()
@@ -180,9 +178,23 @@ def test_dumps_and_their_merged_records_give_one_verdict(job, tmp_path, cli):
         code, out, _ = cli("diff", path)
         assert code == 1 and "no Flight Recorder dump" not in out, out
         verdicts.append(out.splitlines()[1])
-    assert verdicts[0] == verdicts[1] == VERDICTS["skip"].replace("ranks 0,1,3 issued", "ranks 1,3 issued")
-    code, out, _ = cli("diff", job / "fr" / "skip")  # (whole, rank 0 waits with the others)
-    assert out.splitlines()[1] == VERDICTS["skip"]
+    assert verdicts[0] == verdicts[1] == VERDICTS["skip"]
+
+
+@pytest.mark.parametrize("cut", ["the culprit's", "every"])
+def test_a_dump_cut_short_is_not_blamed_for_what_it_lost(job, tmp_path, cli, cut):
+    """A dump cut short lost its last entries: the rank is not named for collectives past its cut where its
+    group status (a pickle writes it before the entries) says it issued them, and is named where it says it
+    did not, even when the cut took the entries that show it."""
+    for rank in range(4):
+        data = (job / "fr" / "skip" / f"nccl_trace_rank_{rank}").read_bytes()
+        if rank == 2 or cut == "every":
+            data = _cut_after_first_entry(data)
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(data)
+    code, out, err = cli("diff", tmp_path)
+    assert code == 1 and "cut short" in err, out + err
+    assert out.splitlines()[1].startswith("rank 2 is one collective short in group 0: never issued "), out
+    assert "#3, which ranks 0,1,3 issued" in out.splitlines()[1], out
 
 
 def test_every_group_gets_its_verdict(job, tmp_path, cli):
@@ -246,3 +258,10 @@ def test_values_no_column_holds_are_read_as_absent(tmp_path, cli):
     assert out.splitlines()[1] == (  # (#8 had no creation time; of two, neither side is the minority)
         "rank 0 is 7 collectives short in group 0: never issued all_reduce #10, which rank 1 issued and wait in"
     )
+
+
+def _cut_after_first_entry(data: bytes) -> bytes:
+    """The pickle cut where it holds one whole entry."""
+    from distvlog.tools.read._flight import load
+
+    return data[: next(n for n in range(64, len(data), 16) if load(data[:n])[0].get("entries"))]

@@ -178,12 +178,16 @@ def findings(logs: Logs) -> tuple[list[FlightFinding], list[FlightFinding]]:
     flights = {r: m.flight for r, m in dumps.items()}
     texts = logs.texts.texts
     members = _members(dumps, world, logs.texts)
-    cut = {r for r, m in dumps.items() if m.dump.get("cut") is True}  # (where such a rank is, its dump lost)
-    blocked = {r: at for r, f in flights.items() if r not in cut and (at := _blocked(f, texts)) is not None}
+    blocked = {r: at for r, f in flights.items() if (at := _blocked(f, texts)) is not None}
+    cut = {r: _enqueued(m.dump, logs.texts) for r, m in dumps.items() if m.dump.get("cut") is True}
+    for r, enqueued in cut.items():  # (its status says how far it got: past the entries its cut lost)
+        b = blocked.get(r)
+        if b is not None and enqueued.get(b.pg, 0) > b.seq:
+            blocked[r] = _At(b.pg, enqueued[b.pg], "collective", _NO_FRAME + "0")
     waits = _waits_for(flights, blocked, members, cut)
     no_dumps = _no_dumps(flights, world, blocked, waits, texts)
     errors: list[FlightFinding] = [*_mismatches(flights, members, texts), *(f for f in no_dumps if f.certain)]
-    errors += _waits(flights, blocked, waits, texts)
+    errors += _waits(flights, blocked, waits, texts, cut)
     errors += _late(flights, members, texts)
     errors += [f for f in no_dumps if not f.certain]  # a guess comes after what the dumps show
     missing = [r for r in range(world) if r not in dumps]
@@ -216,20 +220,41 @@ def _blocked(flight: Flight, texts: list[str]) -> _At | None:
     return _At(int(pg), int(seq), texts[op], texts[site])
 
 
-def _waits_for(flights: dict[int, Flight], blocked: dict[int, _At], members, cut: set[int]) -> dict[int, list[int]]:
-    """Each blocked rank's group members that never issued the collective it is at (those without a dump too;
-    not those whose dump was cut short before it: what they issued after the cut is not known)."""
+def _waits_for(flights: dict[int, Flight], blocked: dict[int, _At], members, cut: dict) -> dict[int, list[int]]:
+    """Each blocked rank's group members that never issued the collective it is at (those without a dump too).
+    A rank whose dump was cut short may have issued it after the cut: its dump's group status says so where
+    it survived the cut (a pickle writes it first); else the rank is named only where no other rank is."""
 
-    def never(s: int, pg: int, seq: int) -> bool:
+    def never(s: int, pg: int, seq: int) -> bool | None:
         if s not in flights:
             return True
-        return flights[s].row(pg, seq) is None and not (s in cut and seq > flights[s].last_seq(pg))
+        if flights[s].row(pg, seq) is not None:
+            return False
+        if s not in cut:
+            return True
+        enqueued = cut[s].get(pg)
+        return None if enqueued is None else seq > enqueued
 
     absent: dict[tuple[int, int], list[int]] = {}
     for b in blocked.values():
         if (b.pg, b.seq) not in absent:
-            absent[b.pg, b.seq] = [s for s in members(b.pg) if never(s, b.pg, b.seq)]
+            said = {s: never(s, b.pg, b.seq) for s in members(b.pg)}
+            certain = [s for s, is_absent in said.items() if is_absent]
+            absent[b.pg, b.seq] = certain or [s for s, is_absent in said.items() if is_absent is None]
     return {r: [s for s in absent[b.pg, b.seq] if s != r] for r, b in blocked.items()}
+
+
+def _enqueued(dump: dict, texts: Texts) -> dict[int, int]:
+    """group code -> the last collective its dump's status says was enqueued (what survived of it)."""
+    status = dump.get("status")
+    out = {}
+    for name, group in status.items() if isinstance(status, dict) else ():
+        last = group.get("last_enqueued_collective") if isinstance(group, dict) else None
+        if isinstance(last, str) and last.isascii() and last.isdigit() and len(last) < 19:
+            last = int(last)
+        if isinstance(last, int) and not isinstance(last, bool):
+            out[texts.code(str(name))] = last
+    return out
 
 
 def _split(groups: dict) -> tuple[list[int], list[int]]:
@@ -309,7 +334,9 @@ def _no_dumps(flights: dict[int, Flight], world: int, blocked: dict, waits: dict
     return [FrNoDump(None, missing, world, waiting, _at(b.op, b.seq, texts[b.pg]), b.site, certain)]
 
 
-def _waits(flights: dict[int, Flight], blocked: dict[int, _At], waits: dict, texts: list[str]) -> list[FlightFinding]:
+def _waits(
+    flights: dict[int, Flight], blocked: dict[int, _At], waits: dict, texts: list[str], cut: dict
+) -> list[FlightFinding]:
     out: list[FlightFinding] = []
     waiting = {r: ws for r, ws in waits.items() if any(s in flights for s in ws)}
     done: set[int] = set()
@@ -331,7 +358,7 @@ def _waits(flights: dict[int, Flight], blocked: dict[int, _At], waits: dict, tex
             continue
         side = sorted(s for s in waiting if (blocked[s].pg, blocked[s].seq) == (b.pg, b.seq))
         behind = sorted({s for w in side for s in waiting[w] if s in flights})
-        count = b.seq - max((flights[s].last_seq(b.pg) for s in behind), default=0)
+        count = b.seq - max((max(flights[s].last_seq(b.pg), cut.get(s, {}).get(b.pg, 0)) for s in behind), default=0)
         pg = texts[b.pg]
         if len(side) < len(behind):
             out.append(FrBehind(None, side, behind, "ahead", count, pg, b.seq, b.op, b.site))
