@@ -9,12 +9,9 @@ check reads them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:  # (the reader of dumps is imported where a file is one: our own files need none of it)
-    from ..read._flight import Dump as FlightDump
 
 _COLUMNS = {"pg": np.int32, "seq": np.int64, "sig": np.int32, "op": np.int32, "site": np.int32}
 _COLUMNS |= {"created": np.int64, "timeout_ms": np.int64, "done": np.bool_}
@@ -56,8 +53,9 @@ class Flight:
     def __len__(self) -> int:
         return self.entries
 
-    def add_dump(self, dump: FlightDump, texts: Texts) -> None:
-        """Every entry of a dump read into columns."""
+    def add_dump(self, dump: Any, texts: Texts) -> None:
+        """Every entry of a dump read into columns (what `Source.read_flight` gives: the reader of dumps is
+        imported only where a file is one)."""
         shapes = dump.shapes
         per_shape = {
             "pg": [texts.code(s.pg) for s in shapes],

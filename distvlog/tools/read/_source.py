@@ -221,7 +221,7 @@ class Source:
             self._done = True
             self.stream.close()
             return None
-        made = records.texts(_jsonl.PLACEHOLDER) if getattr(records, "texts", None) else None
+        made = records.texts(_jsonl.PLACEHOLDER) if records.texts else None
         parsed = _jsonl.from_objects(records, self.rank, Counts(), made=made)
         return self._block(parsed, np.frombuffer(parsed.text, np.uint8), parsed.objs, None, alloc)
 
