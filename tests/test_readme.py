@@ -31,7 +31,7 @@ _VOLATILE = [
     (re.compile(r"\d{8}-\d{6}-[\w-]+"), "RUN"),
     (re.compile(r"0x[0-9a-f]+"), "0xH"),
     (re.compile(r"\b[0-9a-f]{16,}\b"), "H"),
-    (re.compile(r"(?:pid|wait_us=|max@|loss) *[\d.]+"), "N"),
+    (re.compile(r"(?:pid|wait_us=|max@|loss) *[\d.][\d.kMG]*"), "N"),  # (a spread: `4.78k..14.1k`)
     (re.compile(r"\d+\.\d+(?:e[-+]\d+)?"), "F"),
     (re.compile(r"\(\d+ ms\)"), "(N ms)"),
 ]
