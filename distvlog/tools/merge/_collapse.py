@@ -32,7 +32,9 @@ from ._fold import LOOSE, Folded, Member, Shape, fold
 
 WINDOW_PER_RANK = 256
 IDENTITY = ("step", "bucket", "epoch", "iteration", "iter")  # fields that say which "same" record it is
-CACHE_BODIES = 1 << 16  # decoded bodies kept: ranks mostly write the same bytes after the rank tag
+# Cut bodies kept: ranks mostly write the same bytes after the rank tag. A few steps of 1,024 ranks' records;
+# more (64k) held ~40 MB more at 1,024 ranks for no more hits.
+CACHE_BODIES = 1 << 14
 _PREFIX = re.compile(rb"[IWEF][0-9]{4} [0-9:.]{15} +\S+ (.*?:[0-9]+)\] (?:\[rank [0-9]+\] )?")
 _VALUE = re.compile(
     r"(?=[-0-9a-fin\"])"  # (what a value can start with: most places are rejected at once)
@@ -55,14 +57,23 @@ _MASK = bytes.maketrans(b"23456789", b"11111111")
 
 
 class _Cut(NamedTuple):
-    """How the bodies masked alike are cut: their shape, their values' places (slices of the decoded body, and
-    an empty one after them: itemgetter of one slice would give a str, not a tuple), the part of the group key
-    their text makes, and which values say which record of a kind it is."""
+    """How the bodies masked alike are cut: their shape, their values (cut out of the decoded body), the part
+    of the group key their text makes, and the values that say which record of a kind it is."""
 
     shape: Shape
     values: Callable[[str], tuple[str, ...]]
     key: str
-    identity: tuple[int, ...]
+    identity: Callable[[str], tuple[str, ...]]
+
+
+def _getter(places: list[slice]) -> Callable[[str], tuple[str, ...]]:
+    """The texts at `places`, as a tuple (in C: itemgetter, which gives a tuple from two places on)."""
+    if len(places) >= 2:
+        return operator.itemgetter(*places)
+    return (lambda text: (text[places[0]],)) if places else (lambda text: ())
+
+
+_NONE = _getter([])
 
 
 class Decoder:
@@ -77,17 +88,17 @@ class Decoder:
     def __call__(self, text: bytes, ts: int, rank: int) -> tuple[tuple, Member]:
         match = _PREFIX.match(text)
         if match is None:  # not a record in the reader's form: shown as it is, folded with nothing
-            return (text, rank), Member(rank, ts, 0, LOOSE, (), text)
-        body = text[match.end() :]
+            return (text, rank), Member(rank, ts, 0, LOOSE, _NONE, 0, text)
+        start = match.end()
+        body = text[start:]
         masked = body.translate(_MASK)
         cut = self._cuts.get(masked)
         if cut is None:
             if len(self._cuts) >= CACHE_BODIES:
                 self._cuts.clear()
             cut = self._cuts[masked] = self._cut(body)
-        tokens = cut.values(body.decode("utf-8", "replace"))[:-1]
-        key = (cut.key, *[tokens[k] for k in cut.identity])
-        return (text[0], match.group(1), key), Member(rank, ts, match.end(1), cut.shape, tokens, text)
+        key = (cut.key, *cut.identity(body.decode("utf-8", "replace")))
+        return (text[0], match.group(1), key), Member(rank, ts, match.end(1), cut.shape, cut.values, start, text)
 
     def _cut(self, body: bytes) -> _Cut:
         pieces = _VALUE.split(body.decode("utf-8", "replace"))  # text, value, text, ..., text
@@ -98,9 +109,10 @@ class Decoder:
                 self._shapes.clear()
             found = self._shapes[parts] = _shape(parts)
         shape, identity = found
-        values = operator.itemgetter(*map(slice, bounds[0::2], bounds[1::2]), slice(0, 0))
+        places = list(map(slice, bounds[0::2], bounds[1::2]))
         # (padding that a value's width changes, as in the meta record's clocks, does not make another record)
-        return _Cut(shape, values, _SPACES.sub(" ", "\0".join(parts)), identity)
+        key = _SPACES.sub(" ", "\0".join(parts))
+        return _Cut(shape, _getter(places), key, _getter([places[k] for k in identity]))
 
 
 def _shape(parts: tuple[str, ...]) -> tuple[Shape, tuple[int, ...]]:
@@ -120,18 +132,22 @@ def _shape(parts: tuple[str, ...]) -> tuple[Shape, tuple[int, ...]]:
 
 class _Positions:
     """Which occurrence of a key a rank is at: counts forgotten once unused for a window or two, so they
-    stay bounded however long the run."""
+    stay bounded however long the run. A dict per rank: a window holds hundreds of thousands of keys at
+    1,024 ranks, and a (rank, key) pair for each would be ~30 MB more."""
 
     def __init__(self, span: int) -> None:
         self.span, self.left = span, span
-        self.new: dict[tuple, int] = {}
-        self.old: dict[tuple, int] = {}
+        self.new: dict[int, dict[tuple, int]] = {}
+        self.old: dict[int, dict[tuple, int]] = {}
 
-    def next(self, key: tuple) -> int:
-        k = self.new.get(key)
+    def next(self, rank: int, key: tuple) -> int:
+        counts = self.new.get(rank)
+        if counts is None:
+            counts = self.new[rank] = {}
+        k = counts.get(key)
         if k is None:
-            k = self.old.get(key, 0)
-        self.new[key] = k + 1
+            k = self.old[rank].get(key, 0) if rank in self.old else 0
+        counts[key] = k + 1
         self.left -= 1
         if self.left <= 0:
             self.old, self.new, self.left = self.new, {}, self.span
@@ -172,7 +188,7 @@ class Collapser:
             self.expected += 1
             self.window = self.window_per_rank * len(self.last)
         self.last[rank] = self.seen
-        gid = (key, self._positions.next((rank, key)))
+        gid = (key, self._positions.next(rank, key))
         group = self._groups.get(gid)
         if group is None:
             group = self._groups[gid] = _Group(self.seen, time.monotonic() if self.wait_s is not None else 0.0)

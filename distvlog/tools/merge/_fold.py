@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,8 +78,14 @@ class Member:
     ts: int
     head: int  # where its first line's `] [rank R] ` is (its text up to there: time, thread and site)
     shape: Shape
-    tokens: tuple[str, ...]  # its values as written
+    values: Callable[[str], tuple[str, ...]]  # its body's values as written, cut out of its body's text
+    body: int  # where its body starts in `text`
     text: bytes  # the whole record as glog text (shown as it is when it stands apart)
+
+    def tokens(self) -> tuple[str, ...]:
+        """Its values as written: cut when its group is judged, not kept while it waits for its peers (at
+        1,024 ranks, hundreds of thousands of records wait)."""
+        return self.values(self.text[self.body :].decode("utf-8", "replace"))
 
 
 @dataclass
@@ -141,23 +147,24 @@ def fold(members: Sequence[Member], expected: int, missing: list[int]) -> Folded
         whole = [(m, "only" + (f", with {ranks_text(ranks - {m.rank})}" if len(ranks) > 1 else "")) for m in members]
         return Folded([], None, [], [], whole, missing)
     names = members[0].shape.names
+    columns = list(zip(*[m.tokens() for m in members]))  # value k -> each member's text of it
     varies = {  # value -> each member's, read once (only where the group's texts of it differ)
-        k: [value(m.tokens[k]) for m in members] for k in range(len(names)) if len({m.tokens[k] for m in members}) > 1
+        k: [value(t) for t in column] for k, column in enumerate(columns) if len(set(column)) > 1
     }
     odd = {k: found for k, values in varies.items() if (found := _odd(names[k], values))}  # -> members apart
     why: dict[int, list[str]] = {}
     for k, found in odd.items():
         for i in found:
-            why.setdefault(i, []).append(label(names[k], members[i].tokens[k]))
+            why.setdefault(i, []).append(label(names[k], columns[k][i]))
     at = [i for i in range(len(members)) if i not in why]
     kept = [members[i] for i in at]
-    summary = [
-        _summary(names[k], kept, k, None if k not in varies else [varies[k][i] for i in at] if why else varies[k])
-        for k in range(len(names))
-    ]
-    apart = [
-        Apart(names[k], summary[k], {members[i].rank: members[i].tokens[k] for i in sorted(f)}) for k, f in odd.items()
-    ]
+    summary = []
+    for k, column in enumerate(columns):
+        read = varies.get(k)
+        if why:
+            column, read = [column[i] for i in at], None if read is None else [read[i] for i in at]
+        summary.append(_summary(names[k], kept, column, read))
+    apart = [Apart(names[k], summary[k], {members[i].rank: columns[k][i] for i in sorted(f)}) for k, f in odd.items()]
     whole = [(members[i], "differs: " + ",".join(why[i])) for i in sorted(why)]
     return Folded(sorted(m.rank for m in kept), kept[0], summary, apart, whole, missing)
 
@@ -197,9 +204,9 @@ def _odd(name: str, values: list[Any]) -> set[int]:
     return {i for i, v in enumerate(values) if v != top} if 2 * most > n else set()
 
 
-def _summary(name: str, members: list[Member], k: int, values: list[Any] | None) -> Any:
-    """What the agreeing ranks say of value k (`values`: theirs, read; None where all wrote the same text)."""
-    tokens = [m.tokens[k] for m in members]
+def _summary(name: str, members: list[Member], tokens: Sequence[str], values: list[Any] | None) -> Any:
+    """What the agreeing ranks say of a value (`tokens`: their texts of it; `values`: those read, None where
+    all wrote the same text)."""
     if values is None or len(set(tokens)) == 1:
         return Same(tokens[0])
     if all(type(v) is Address for v in values):
