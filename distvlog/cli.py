@@ -106,7 +106,9 @@ def _give_freed_memory_back() -> None:
     64 of them: 146 -> 130 MB), for a few % more system time. Other C libraries keep their own policy."""
     import ctypes  # (numpy imports it anyway)
 
-    with contextlib.suppress(OSError, AttributeError):
+    if "MALLOC_TRIM_THRESHOLD_" in os.environ or "GLIBC_TUNABLES" in os.environ:  # (the user's own setting stays)
+        return
+    with contextlib.suppress(OSError, AttributeError, TypeError):
         ctypes.CDLL(None).mallopt(-1, 1 << 20)  # M_TRIM_THRESHOLD (fixing it also fixes the mmap threshold)
 
 

@@ -190,6 +190,18 @@ def test_a_record_that_never_finds_its_peers_is_released_after_the_window():
     assert len(released) + len(collapse.flush()) == 41
 
 
+def test_a_nul_in_a_body_never_passes_for_a_value_its_peer_has():
+    """`x=\\0 y` has one value fewer than `x=1 y`: the two are two records, each whole, never one folded line
+    with a value left out (bodies' texts are joined with NUL in the group key)."""
+    collapse = Collapser(range(2))
+    records = [
+        b"I1130 02:11:14.000001 1 x.py:1] [rank 0] x=1 y\n",
+        b"I1130 02:11:14.000002 1 x.py:1] [rank 1] x=\0 y\n",
+    ]
+    groups = collapse.add(records[0], T0, 0) + collapse.add(records[1], T0 + 1, 1) + collapse.flush()
+    assert [(f.ranks, [m.text for m, _ in f.whole]) for f in groups] == [([], [records[0]]), ([], [records[1]])]
+
+
 FOREIGN = """\
 Log file created at: 2026/11/30 02:11:14
 Running on machine: gpu-node-{node:03d}

@@ -111,7 +111,7 @@ class Decoder:
         shape, identity = found
         places = list(map(slice, bounds[0::2], bounds[1::2]))
         # (padding that a value's width changes, as in the meta record's clocks, does not make another record)
-        key = _SPACES.sub(" ", "\0".join(parts))
+        key = f"{len(parts)}\0" + _SPACES.sub(" ", "\0".join(parts))  # (a body's own NUL joins no two counts)
         return _Cut(shape, _getter(places), key, _getter([places[k] for k in identity]))
 
 
