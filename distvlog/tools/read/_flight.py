@@ -161,12 +161,10 @@ class Dump:
         self.seq, self.record_id = _column(seq), _column(record_id)
         self.duration = None if all(d is None for d in duration) else np.array(duration, np.float64)  # NaN: none
         self.shape = np.array(shape, np.int16 if len(self.shapes) <= 1 << 15 else np.int32)
+        at = self.created()
         last = max(
-            [int(self.created().max(initial=0))]
-            + [
-                int((self.created() + after)[after != _absent(after)].max(initial=0))
-                for after in (self.started, self.completed)
-            ]
+            [int(at.max(initial=0))]
+            + [int((at + after)[after != _absent(after)].max(initial=0)) for after in (self.started, self.completed)]
         )
         status = dump.get("pg_status")
         self.meta: dict[str, Any] = {  # the dump's own record: its last, at the time the file was written
