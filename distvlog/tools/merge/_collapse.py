@@ -63,7 +63,7 @@ class _Cut(NamedTuple):
     shape: Shape
     values: Callable[[str], tuple[str, ...]]
     key: str
-    identity: Callable[[str], tuple[str, ...]]
+    identity: Callable[[str], tuple[str, ...]] | None  # (None: no such value, no body to decode for the key)
 
 
 def _getter(places: list[slice]) -> Callable[[str], tuple[str, ...]]:
@@ -97,7 +97,7 @@ class Decoder:
             if len(self._cuts) >= CACHE_BODIES:
                 self._cuts.clear()
             cut = self._cuts[masked] = self._cut(body)
-        key = (cut.key, *cut.identity(body.decode("utf-8", "replace")))
+        key = (cut.key,) if cut.identity is None else (cut.key, *cut.identity(body.decode("utf-8", "replace")))
         return (text[0], match.group(1), key), Member(rank, ts, match.end(1), cut.shape, cut.values, start, text)
 
     def _cut(self, body: bytes) -> _Cut:
@@ -112,7 +112,7 @@ class Decoder:
         places = list(map(slice, bounds[0::2], bounds[1::2]))
         # (padding that a value's width changes, as in the meta record's clocks, does not make another record)
         key = f"{len(parts)}\0" + _SPACES.sub(" ", "\0".join(parts))  # (a body's own NUL joins no two counts)
-        return _Cut(shape, _getter(places), key, _getter([places[k] for k in identity]))
+        return _Cut(shape, _getter(places), key, _getter([places[k] for k in identity]) if identity else None)
 
 
 def _shape(parts: tuple[str, ...]) -> tuple[Shape, tuple[int, ...]]:
